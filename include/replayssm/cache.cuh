@@ -1,0 +1,55 @@
+/// @file cache.cuh
+/// @brief Trivially copyable views over cache memory that the engine owns.
+#pragma once
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include <replayssm/detail/config.cuh>
+
+namespace replayssm {
+
+/// @brief A pool of fp32 state tiles, one per slot, in the engine's memory.
+///
+/// Element (slot, head, row, col) lives at
+/// `data[slot * slot_stride + head * head_stride + row * row_stride + col]` (strides in elements,
+/// the last dimension contiguous). Mamba-2 rows are headdim and columns dstate (`[slots, H, P,
+/// N]`); Gated DeltaNet rows and columns follow the rule's @ref state_layout.
+/// @note `data` must be 16-byte aligned and every stride a multiple of 4 elements, so that rows
+///       load as float4.
+struct state_pool_ref {
+  float* data = nullptr;      ///< base of the pool
+  int64_t slot_stride = 0;    ///< elements between slots
+  int64_t head_stride = 0;    ///< elements between heads
+  int64_t row_stride = 0;     ///< elements between rows of one head
+  int32_t num_slots = 0;      ///< number of slots in the pool
+};
+
+/// @brief Which slot each batch row uses.
+///
+/// Row b uses slot `slot_idx[b]` (or slot b when `slot_idx` is null). A row whose slot equals
+/// `null_slot` is skipped: no input of it is read and no memory of any slot is touched, its
+/// output row included. Non-null slot indices must be distinct within one launch and lie in
+/// `[0, num_slots)`.
+struct batch_ref {
+  const int32_t* slot_idx = nullptr;  ///< device array `[batch]`, or null for the identity
+  int32_t null_slot = -1;             ///< the index that marks a padding row
+  int32_t batch = 0;                  ///< number of rows
+};
+
+/// @brief Per-slot replay bookkeeping, in device memory so that no host decision is needed.
+///
+/// `cursor[slot]` counts the steps buffered since the slot's checkpoint (0 after a commit or a
+/// load). `arrivals` is scratch the kernels use to advance the cursor once per launch; allocate
+/// it zeroed once, it rearms itself.
+struct cursor_ref {
+  int32_t* cursor = nullptr;     ///< device array `[num_slots]`
+  uint32_t* arrivals = nullptr;  ///< device array `[num_slots]`, zero-initialised once
+};
+
+static_assert(std::is_trivially_copyable<state_pool_ref>::value, "views must be trivially copyable");
+static_assert(std::is_trivially_copyable<batch_ref>::value, "views must be trivially copyable");
+static_assert(std::is_trivially_copyable<cursor_ref>::value, "views must be trivially copyable");
+
+}  // namespace replayssm

@@ -1,0 +1,225 @@
+// Block-level Gated DeltaNet agent and its __global__ entry.
+#pragma once
+
+#include <replayssm/detail/ops.cuh>
+#include <replayssm/detail/tile.cuh>
+
+namespace replayssm {
+namespace detail {
+
+template <class Rule, int Tile, int Threads, state_layout = Rule::layout>
+struct gdn_tile_for {
+  using type = reduce_major_tile<Tile, Rule::head_k_dim, Threads>;  // [K, V]: v contiguous
+};
+template <class Rule, int Tile, int Threads>
+struct gdn_tile_for<Rule, Tile, Threads, state_layout::vk> {
+  using type = keep_major_tile<Tile, Rule::head_k_dim, Threads>;  // [V, K]: k contiguous
+};
+
+/// One block works on `Policy::tile` columns of V of one value head of one batch row.
+template <class Policy, op Op>
+struct gdn_agent {
+  using rule = typename Policy::rule;
+  using T = typename Policy::input_type;
+  using params_t = gdn_params<Policy>;
+  static constexpr int KD = rule::head_k_dim;
+  static constexpr int VD = rule::head_v_dim;
+  static constexpr int VT = Policy::tile;
+  static constexpr int NT = Policy::block_threads;
+  static constexpr int L = Policy::buffer_len;
+  static constexpr int K = Policy::commit_interval;
+  static constexpr int S = (Op == op::eager) ? 1 : L;
+  static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
+  static constexpr bool kv = (rule::layout == state_layout::kv);
+  using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
+  static_assert(VD % VT == 0, "gated_deltanet: the policy's Tile (columns of V per block) must divide head_v_dim.");
+  static_assert(VT <= NT, "gated_deltanet: the policy's Tile must not exceed BlockThreads.");
+
+  struct shared_storage {
+    float k[S][KD];  // normalised k_j
+    float v[S][VT];  // v_j, this block's columns
+    float g[S];
+    float beta[S];
+    float c[S];      // beta_j (k_j . r_j) from the sweep
+    float q[KD];     // normalised, scaled q
+    float r[KD];     // M_1 ... M_n q
+    float o[VT];
+    float kh[VT];
+    float u[VT];
+    float scratch[tile_t::scratch_floats];
+    float qscale, kscale;
+  };
+
+  shared_storage& s;
+
+  static REPLAYSSM_DEVICE int64_t buf_step(int64_t slot, int j) { return slot * L + j; }
+
+  REPLAYSSM_DEVICE float* tile_base(float* head, int64_t row_stride, int v0) const {
+    return kv ? head + v0 : head + v0 * row_stride;
+  }
+
+  REPLAYSSM_DEVICE void run(const params_t& p, int b, int hv, int t, const state_pool_ref& other) {
+    const int64_t slot = p.rows.slot_idx ? p.rows.slot_idx[b] : b;
+    if (slot == p.rows.null_slot) return;
+    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
+    const int hk = hv / (Hv / Hk);
+    const int v0 = t * VT;
+    const uint32_t blocks_per_slot = uint32_t(Hv) * (VD / VT);
+    float* ckpt = tile_base(p.state.data + slot * p.state.slot_stride + hv * p.state.head_stride,
+                            p.state.row_stride, v0);
+
+    tile_t tile;
+    if (Op == op::load) {
+      tile.load(tile_base(other.data + b * other.slot_stride + hv * other.head_stride,
+                          other.row_stride, v0),
+                other.row_stride);
+      tile.store(ckpt, p.state.row_stride);
+      if (hv == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
+      return;
+    }
+    tile.load(ckpt, p.state.row_stride);  // in flight while the inputs are staged
+
+    const int n = (Op == op::eager) ? 0 : p.cursors.cursor[slot];
+    if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
+    constexpr bool has_current = (Op == op::eager || Op == op::decode);
+    const bool commit = (Op != op::decode) || (n + 1 >= K);
+    const int m = n + (has_current ? 1 : 0);
+
+    // Stage the buffered steps 0..n-1.
+    for (int i = threadIdx.x; i < n * KD; i += NT) {
+      const int j = i / KD, e = i % KD;
+      const int64_t sk = buf_step(slot, j) * Hk + hk;
+      s.k[j][e] = to_float(p.buffer.k[sk * KD + e]) * p.buffer.kscale[sk];
+    }
+    for (int i = threadIdx.x; i < n * VT; i += NT) {
+      const int j = i / VT, e = i % VT;
+      s.v[j][e] = to_float(p.buffer.v[(buf_step(slot, j) * Hv + hv) * VD + v0 + e]);
+    }
+    for (int j = threadIdx.x; j < n; j += NT) {
+      s.g[j] = p.buffer.g[buf_step(slot, j) * Hv + hv];
+      s.beta[j] = p.buffer.beta[buf_step(slot, j) * Hv + hv];
+    }
+    // Stage the current step at position n: raw q, k first, then normalise.
+    if (has_current) {
+      const T* qc = p.in.q + b * p.in.q_batch_stride + hk * p.in.q_head_stride;
+      const T* kc = p.in.k + b * p.in.k_batch_stride + hk * p.in.k_head_stride;
+      for (int e = threadIdx.x; e < KD; e += NT) {
+        s.q[e] = to_float(qc[e]);
+        s.k[n][e] = to_float(kc[e]);
+      }
+      if (threadIdx.x < VT)
+        s.v[n][threadIdx.x] =
+            to_float(p.in.v[b * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + threadIdx.x]);
+      if (threadIdx.x == 0) {
+        s.g[n] = p.in.g[b * p.in.g_batch_stride + hv];
+        s.beta[n] = p.in.beta[b * p.in.beta_batch_stride + hv];
+      }
+      __syncthreads();
+      if (threadIdx.x < 32) {
+        float qq = 0.f, kk = 0.f;
+        for (int e = threadIdx.x; e < KD; e += 32) {
+          qq = fmaf(s.q[e], s.q[e], qq);
+          kk = fmaf(s.k[n][e], s.k[n][e], kk);
+        }
+        qq = warp_sum(qq);
+        kk = warp_sum(kk);
+        if (threadIdx.x == 0) {
+          const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
+          s.qscale = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
+          s.kscale = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
+        }
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < KD; e += NT) {
+        s.q[e] *= s.qscale;
+        s.k[n][e] *= s.kscale;
+      }
+    }
+    __syncthreads();
+
+    if (commit) {
+      for (int j = 0; j < m; ++j) {
+        const float alpha = expf(s.g[j]);
+        tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
+        if (threadIdx.x < VT)
+          s.u[threadIdx.x] = s.beta[j] * (s.v[j][threadIdx.x] - alpha * s.kh[threadIdx.x]);
+        __syncthreads();
+        tile.rank1(alpha, s.k[j], s.u, 1.f);
+      }
+      if (Op == op::materialize) {
+        tile.store(tile_base(other.data + b * other.slot_stride + hv * other.head_stride,
+                             other.row_stride, v0),
+                   other.row_stride);
+        return;
+      }
+      tile.store(ckpt, p.state.row_stride);
+      if (has_current) tile.contract(s.q, s.o, s.scratch);
+    } else {
+      // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
+      if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float r[RPL];
+#pragma unroll
+        for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[lane + 32 * e] : 0.f;
+        for (int j = m - 1; j >= 0; --j) {
+          float d = 0.f;
+#pragma unroll
+          for (int e = 0; e < RPL; ++e)
+            if (lane + 32 * e < KD) d = fmaf(s.k[j][lane + 32 * e], r[e], d);
+          d = warp_sum(d);
+          const float alpha = expf(s.g[j]);
+          const float bc = s.beta[j] * d;
+#pragma unroll
+          for (int e = 0; e < RPL; ++e)
+            if (lane + 32 * e < KD) r[e] = alpha * fmaf(-bc, s.k[j][lane + 32 * e], r[e]);
+          if (lane == 0) s.c[j] = bc;
+        }
+#pragma unroll
+        for (int e = 0; e < RPL; ++e)
+          if (lane + 32 * e < KD) s.r[lane + 32 * e] = r[e];
+      }
+      __syncthreads();
+      tile.contract(s.r, s.o, s.scratch);
+      if (threadIdx.x < VT) {
+        float o = s.o[threadIdx.x];
+        for (int j = 0; j < m; ++j) o = fmaf(s.c[j], s.v[j][threadIdx.x], o);
+        s.o[threadIdx.x] = o;
+      }
+      // Append the current step to the buffer (k raw, with the factor the step used).
+      if (threadIdx.x < VT)
+        p.buffer.v[(buf_step(slot, n) * Hv + hv) * VD + v0 + threadIdx.x] =
+            p.in.v[b * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + threadIdx.x];
+      if (t == 0) {
+        if (threadIdx.x == 0) {
+          p.buffer.g[buf_step(slot, n) * Hv + hv] = s.g[n];
+          p.buffer.beta[buf_step(slot, n) * Hv + hv] = s.beta[n];
+        }
+        if (hv % (Hv / Hk) == 0) {
+          const int64_t sk = buf_step(slot, n) * Hk + hk;
+          const T* kc = p.in.k + b * p.in.k_batch_stride + hk * p.in.k_head_stride;
+          for (int e = threadIdx.x; e < KD; e += NT) p.buffer.k[sk * KD + e] = kc[e];
+          if (threadIdx.x == 0) p.buffer.kscale[sk] = s.kscale;
+        }
+      }
+    }
+
+    if (has_current && threadIdx.x < VT)
+      p.in.out[b * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
+          from_float<T>(s.o[threadIdx.x]);
+    if (Op == op::decode || Op == op::flush)
+      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
+                            commit ? 0 : n + 1);
+  }
+};
+
+template <class Policy, op Op>
+REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
+    gdn_kernel(const gdn_params<Policy> p, const state_pool_ref other) {
+  using agent_t = gdn_agent<Policy, Op>;
+  __shared__ typename agent_t::shared_storage smem;
+  constexpr int tiles = Policy::rule::head_v_dim / Policy::tile;
+  agent_t{smem}.run(p, blockIdx.y, blockIdx.x / tiles, blockIdx.x % tiles, other);
+}
+
+}  // namespace detail
+}  // namespace replayssm

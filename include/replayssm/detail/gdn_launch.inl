@@ -1,0 +1,110 @@
+// Implementation of the Gated DeltaNet launchers declared in <replayssm/gated_deltanet.cuh>.
+#pragma once
+
+#include <replayssm/detail/gdn_agent.cuh>
+#include <replayssm/detail/validate.cuh>
+
+namespace replayssm {
+
+template <class Policy>
+result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer) {
+  using detail::fail;
+  using rule = typename Policy::rule;
+  constexpr bool kv = rule::layout == state_layout::kv;
+  if (p.head_k_dim != rule::head_k_dim)
+    return fail(status::policy_mismatch, "gated_deltanet: head_k_dim differs from the policy's KDim");
+  if (p.head_v_dim != rule::head_v_dim)
+    return fail(status::policy_mismatch, "gated_deltanet: head_v_dim differs from the policy's VDim");
+  if (p.num_k_heads <= 0 || p.num_v_heads <= 0)
+    return fail(status::bad_shape, "gated_deltanet: num_k_heads and num_v_heads must be positive");
+  if (p.num_v_heads % p.num_k_heads != 0)
+    return fail(status::bad_shape, "gated_deltanet: num_v_heads must be a multiple of num_k_heads");
+  if (int64_t(p.num_v_heads) * (rule::head_v_dim / Policy::tile) > 2147483647)
+    return fail(status::bad_shape, "gated_deltanet: too many heads for one launch");
+  if (!(p.scale >= 0.f)) return fail(status::bad_shape, "gated_deltanet: scale must be >= 0 (0 = default)");
+  if (auto r = detail::check_pool(p.state, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
+                                  kv ? rule::head_v_dim : rule::head_k_dim,
+                                  "gated_deltanet: state.data is null",
+                                  "gated_deltanet: state.data must be 16-byte aligned and its "
+                                  "strides multiples of 4 elements (float4 rows)",
+                                  "gated_deltanet: state strides overlap: need row_stride >= the "
+                                  "contiguous dim, head_stride >= rows * row_stride, slot_stride >= "
+                                  "num_v_heads * head_stride");
+      !r)
+    return r;
+  if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
+  if (needs_step) {
+    if (!p.in.q || !p.in.k || !p.in.v || !p.in.g || !p.in.beta || !p.in.out)
+      return fail(status::null_pointer,
+                  "gated_deltanet: in.q, in.k, in.v, in.g, in.beta and in.out are required");
+    if (p.in.q_head_stride < rule::head_k_dim || p.in.k_head_stride < rule::head_k_dim ||
+        p.in.v_head_stride < rule::head_v_dim || p.in.out_head_stride < rule::head_v_dim)
+      return fail(status::bad_stride, "gated_deltanet: head strides must cover the head dims");
+    if (p.rows.batch > 1 &&
+        (p.in.q_batch_stride < int64_t(p.num_k_heads) * p.in.q_head_stride ||
+         p.in.k_batch_stride < int64_t(p.num_k_heads) * p.in.k_head_stride ||
+         p.in.v_batch_stride < int64_t(p.num_v_heads) * p.in.v_head_stride ||
+         p.in.out_batch_stride < int64_t(p.num_v_heads) * p.in.out_head_stride ||
+         p.in.g_batch_stride < p.num_v_heads || p.in.beta_batch_stride < p.num_v_heads))
+      return fail(status::bad_stride, "gated_deltanet: a batch stride is smaller than one row's extent");
+  }
+  if (needs_buffer) {
+    if (!p.buffer.k || !p.buffer.kscale || !p.buffer.v || !p.buffer.g || !p.buffer.beta)
+      return fail(status::null_pointer,
+                  "gated_deltanet: buffer.k, buffer.kscale, buffer.v, buffer.g and buffer.beta are required");
+    if (auto r = detail::check_cursors(p.cursors); !r) return r;
+  }
+  return detail::ok();
+}
+
+namespace detail {
+template <class Policy, op Op>
+result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cudaStream_t stream) {
+  using rule = typename Policy::rule;
+  constexpr bool kv = rule::layout == state_layout::kv;
+  constexpr bool needs_step = (Op == op::eager || Op == op::decode);
+  constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize);
+  if (auto r = validate_gdn(p, needs_step, needs_buffer); !r) return r;
+  if (Op == op::load || Op == op::materialize) {
+    if (auto r = check_pool(other, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
+                            kv ? rule::head_v_dim : rule::head_k_dim,
+                            "gated_deltanet: the caller's state buffer is null",
+                            "gated_deltanet: the caller's state buffer must be 16-byte aligned "
+                            "with strides that are multiples of 4 elements",
+                            "gated_deltanet: the caller's state buffer strides overlap");
+        !r)
+      return r;
+    if (other.num_slots < p.rows.batch)
+      return fail(status::bad_shape, "gated_deltanet: the caller's state buffer has fewer rows than batch");
+  }
+  if (Op == op::load && p.cursors.cursor == nullptr)
+    return fail(status::null_pointer, "cursors.cursor is null");
+  if (p.rows.batch == 0) return ok();
+  const dim3 grid(unsigned(p.num_v_heads) * (rule::head_v_dim / Policy::tile), unsigned(p.rows.batch));
+  gdn_kernel<Policy, Op><<<grid, Policy::block_threads, 0, stream>>>(p, other);
+  return check_launch();
+}
+}  // namespace detail
+
+template <class Policy>
+result eager_step(const gdn_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_gdn<Policy, detail::op::eager>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result decode_step(const gdn_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_gdn<Policy, detail::op::decode>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result commit(const gdn_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_gdn<Policy, detail::op::flush>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result materialize(const gdn_params<Policy>& p, const state_pool_ref& dest, cudaStream_t stream) {
+  return detail::launch_gdn<Policy, detail::op::materialize>(p, dest, stream);
+}
+template <class Policy>
+result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {
+  return detail::launch_gdn<Policy, detail::op::load>(p, src, stream);
+}
+
+}  // namespace replayssm

@@ -1,0 +1,106 @@
+// Implementation of the Mamba-2 launchers declared in <replayssm/mamba2.cuh>.
+#pragma once
+
+#include <replayssm/detail/mamba2_agent.cuh>
+#include <replayssm/detail/validate.cuh>
+
+namespace replayssm {
+
+template <class Policy>
+result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool needs_buffer,
+                       bool needs_weights) {
+  using detail::fail;
+  using rule = typename Policy::rule;
+  if (p.headdim != rule::headdim)
+    return fail(status::policy_mismatch, "mamba2: headdim differs from the policy's HeadDim");
+  if (p.dstate != rule::dstate)
+    return fail(status::policy_mismatch, "mamba2: dstate differs from the policy's DState");
+  if (p.nheads <= 0 || p.ngroups <= 0)
+    return fail(status::bad_shape, "mamba2: nheads and ngroups must be positive");
+  if (p.nheads % p.ngroups != 0)
+    return fail(status::bad_shape, "mamba2: ngroups must divide nheads");
+  if (int64_t(p.nheads) * (rule::headdim / Policy::tile) > 2147483647)
+    return fail(status::bad_shape, "mamba2: too many heads for one launch");
+  if (auto r = detail::check_pool(p.state, p.nheads, rule::headdim, rule::dstate,
+                                  "mamba2: state.data is null",
+                                  "mamba2: state.data must be 16-byte aligned and its strides "
+                                  "multiples of 4 elements (float4 rows)",
+                                  "mamba2: state strides overlap: need row_stride >= dstate, "
+                                  "head_stride >= headdim * row_stride, slot_stride >= nheads * "
+                                  "head_stride");
+      !r)
+    return r;
+  if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
+  if (needs_weights && p.weights.A == nullptr) return fail(status::null_pointer, "mamba2: weights.A is null");
+  if (needs_step) {
+    if (!p.in.x || !p.in.dt || !p.in.B || !p.in.C || !p.in.out)
+      return fail(status::null_pointer, "mamba2: in.x, in.dt, in.B, in.C and in.out are required");
+    if (p.in.x_head_stride < rule::headdim || p.in.out_head_stride < rule::headdim ||
+        (p.in.z && p.in.z_head_stride < rule::headdim))
+      return fail(status::bad_stride, "mamba2: x/z/out head strides must be at least headdim");
+    if (p.in.B_group_stride < rule::dstate || p.in.C_group_stride < rule::dstate)
+      return fail(status::bad_stride, "mamba2: B/C group strides must be at least dstate");
+    if (p.rows.batch > 1 &&
+        (p.in.x_batch_stride < int64_t(p.nheads) * p.in.x_head_stride ||
+         p.in.out_batch_stride < int64_t(p.nheads) * p.in.out_head_stride ||
+         p.in.B_batch_stride < int64_t(p.ngroups) * p.in.B_group_stride ||
+         p.in.C_batch_stride < int64_t(p.ngroups) * p.in.C_group_stride))
+      return fail(status::bad_stride, "mamba2: a batch stride is smaller than one row's extent");
+  }
+  if (needs_buffer) {
+    if (!p.buffer.x || !p.buffer.B || !p.buffer.dt)
+      return fail(status::null_pointer, "mamba2: buffer.x, buffer.B and buffer.dt are required");
+    if (auto r = detail::check_cursors(p.cursors); !r) return r;
+  }
+  return detail::ok();
+}
+
+namespace detail {
+template <class Policy, op Op>
+result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other,
+                     cudaStream_t stream) {
+  constexpr bool needs_step = (Op == op::eager || Op == op::decode);
+  constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize);
+  if (auto r = validate_mamba2(p, needs_step, needs_buffer, Op != op::load); !r) return r;
+  if (Op == op::load || Op == op::materialize) {
+    if (auto r = check_pool(other, p.nheads, Policy::rule::headdim, Policy::rule::dstate,
+                            "mamba2: the caller's state buffer is null",
+                            "mamba2: the caller's state buffer must be 16-byte aligned with "
+                            "strides that are multiples of 4 elements",
+                            "mamba2: the caller's state buffer strides overlap");
+        !r)
+      return r;
+    if (other.num_slots < p.rows.batch)
+      return fail(status::bad_shape, "mamba2: the caller's state buffer has fewer rows than batch");
+  }
+  if (Op == op::load && p.cursors.cursor == nullptr)
+    return fail(status::null_pointer, "cursors.cursor is null");
+  if (p.rows.batch == 0) return ok();
+  const dim3 grid(unsigned(p.nheads) * (Policy::rule::headdim / Policy::tile), unsigned(p.rows.batch));
+  mamba2_kernel<Policy, Op><<<grid, Policy::block_threads, 0, stream>>>(p, other);
+  return check_launch();
+}
+}  // namespace detail
+
+template <class Policy>
+result eager_step(const mamba2_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_mamba2<Policy, detail::op::eager>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result decode_step(const mamba2_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_mamba2<Policy, detail::op::decode>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result commit(const mamba2_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_mamba2<Policy, detail::op::flush>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result materialize(const mamba2_params<Policy>& p, const state_pool_ref& dest, cudaStream_t stream) {
+  return detail::launch_mamba2<Policy, detail::op::materialize>(p, dest, stream);
+}
+template <class Policy>
+result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {
+  return detail::launch_mamba2<Policy, detail::op::load>(p, src, stream);
+}
+
+}  // namespace replayssm

@@ -1,0 +1,197 @@
+// Register tiles of an fp32 state and the numeric helpers the agents share.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <replayssm/detail/config.cuh>
+
+namespace replayssm {
+namespace detail {
+
+REPLAYSSM_DEVICE float to_float(float v) { return v; }
+REPLAYSSM_DEVICE float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+REPLAYSSM_DEVICE float to_float(__half v) { return __half2float(v); }
+
+template <class T>
+REPLAYSSM_DEVICE T from_float(float v);
+template <>
+REPLAYSSM_DEVICE float from_float<float>(float v) { return v; }
+template <>
+REPLAYSSM_DEVICE __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+REPLAYSSM_DEVICE __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+/// softplus as vLLM computes it: x above 20 passes through.
+REPLAYSSM_DEVICE float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+REPLAYSSM_DEVICE float silu(float x) { return x / (1.f + expf(-x)); }
+
+REPLAYSSM_DEVICE float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// State traffic streams through L2 once per step: load and store it evict-first so that the
+// small, shared inputs (B, k) stay cached.
+REPLAYSSM_DEVICE float4 load_state4(const float* p) {
+  return __ldcs(reinterpret_cast<const float4*>(p));
+}
+REPLAYSSM_DEVICE void store_state4(float* p, float4 v) { __stcs(reinterpret_cast<float4*>(p), v); }
+
+REPLAYSSM_DEVICE float4 fma4(float a, float4 x, float4 y) {
+  return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z), fmaf(a, x.w, y.w));
+}
+
+/// A `Keep x Red` fp32 tile in registers, element (i, j) at `base + i * row_stride + j`
+/// (the reduced index j is contiguous). Each thread holds float4 fragments along j.
+/// Mamba-2 uses it with i = headdim, j = dstate; Gated DeltaNet `[V, K]` with i = v, j = k.
+template <int Keep, int Red, int Threads>
+struct keep_major_tile {
+  static constexpr int lanes_per_row = Red / 4;
+  static constexpr int rows_per_pass = 32 / lanes_per_row;
+  static constexpr int warps = Threads / 32;
+  static constexpr int row_step = rows_per_pass * warps;
+  static constexpr int frags = Keep / row_step;
+  static constexpr int scratch_floats = 1;
+  static_assert(Red % 4 == 0 && lanes_per_row <= 32 && 32 % lanes_per_row == 0,
+                "keep_major_tile: the contiguous (reduced) dimension must be 16, 32, 64 or 128.");
+  static_assert(Keep % row_step == 0 && frags >= 1,
+                "keep_major_tile: the tile's rows must divide evenly among the block's warps; "
+                "pick a Tile that is a multiple of (BlockThreads / 32) * (128 / Red).");
+
+  float4 v[frags];
+
+  REPLAYSSM_DEVICE static int lane() { return threadIdx.x & 31; }
+  REPLAYSSM_DEVICE static int row(int r) {
+    return r * row_step + (threadIdx.x >> 5) * rows_per_pass + lane() / lanes_per_row;
+  }
+  REPLAYSSM_DEVICE static int col() { return (lane() % lanes_per_row) * 4; }
+
+  /// base points at element (keep0, 0) of the full state.
+  REPLAYSSM_DEVICE void load(const float* base, int64_t row_stride) {
+#pragma unroll
+    for (int r = 0; r < frags; ++r) v[r] = load_state4(base + row(r) * row_stride + col());
+  }
+  REPLAYSSM_DEVICE void store(float* base, int64_t row_stride) const {
+#pragma unroll
+    for (int r = 0; r < frags; ++r) store_state4(base + row(r) * row_stride + col(), v[r]);
+  }
+  /// out[i] = sum_j s(i, j) vec[j]; vec and out in shared memory. Ends with a block barrier.
+  REPLAYSSM_DEVICE void contract(const float* vec, float* out, float* /*scratch*/) const {
+    const float4 c = *reinterpret_cast<const float4*>(vec + col());
+    float acc[frags];
+#pragma unroll
+    for (int r = 0; r < frags; ++r)
+      acc[r] = fmaf(v[r].x, c.x, fmaf(v[r].y, c.y, fmaf(v[r].z, c.z, v[r].w * c.w)));
+#pragma unroll
+    for (int off = lanes_per_row / 2; off > 0; off >>= 1) {
+#pragma unroll
+      for (int r = 0; r < frags; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    }
+    if (lane() % lanes_per_row == 0) {
+#pragma unroll
+      for (int r = 0; r < frags; ++r) out[row(r)] = acc[r];
+    }
+    __syncthreads();
+  }
+  /// s(i, j) = a * s(i, j) + coef * keep[i] * red[j]; red and keep in shared memory.
+  REPLAYSSM_DEVICE void rank1(float a, const float* red, const float* keep, float coef) {
+    const float4 b = *reinterpret_cast<const float4*>(red + col());
+#pragma unroll
+    for (int r = 0; r < frags; ++r) {
+      const float u = keep[row(r)] * coef;
+      v[r] = make_float4(fmaf(a, v[r].x, u * b.x), fmaf(a, v[r].y, u * b.y),
+                         fmaf(a, v[r].z, u * b.z), fmaf(a, v[r].w, u * b.w));
+    }
+  }
+};
+
+/// A `Keep x Red` fp32 tile in registers, element (i, j) at `base + j * row_stride + i`
+/// (the kept index i is contiguous): Gated DeltaNet `[K, V]` with i = v, j = k.
+template <int Keep, int Red, int Threads>
+struct reduce_major_tile {
+  static constexpr int lanes_per_row = Keep / 4;
+  static constexpr int rows_per_pass = 32 / lanes_per_row;
+  static constexpr int warps = Threads / 32;
+  static constexpr int row_step = rows_per_pass * warps;
+  static constexpr int frags = Red / row_step;
+  static constexpr int scratch_floats = warps * Keep;
+  static_assert(Keep % 4 == 0 && lanes_per_row <= 32 && 32 % lanes_per_row == 0,
+                "reduce_major_tile: the tile width (Tile columns of V) must be 16, 32, 64 or 128.");
+  static_assert(Red % row_step == 0 && frags >= 1,
+                "reduce_major_tile: head_k_dim must divide evenly among the block's warps; use "
+                "fewer BlockThreads or a wider Tile.");
+
+  float4 v[frags];
+
+  REPLAYSSM_DEVICE static int lane() { return threadIdx.x & 31; }
+  REPLAYSSM_DEVICE static int row(int r) {
+    return r * row_step + (threadIdx.x >> 5) * rows_per_pass + lane() / lanes_per_row;
+  }
+  REPLAYSSM_DEVICE static int col() { return (lane() % lanes_per_row) * 4; }
+
+  /// base points at element (keep0, 0) of the full state.
+  REPLAYSSM_DEVICE void load(const float* base, int64_t row_stride) {
+#pragma unroll
+    for (int r = 0; r < frags; ++r) v[r] = load_state4(base + row(r) * row_stride + col());
+  }
+  REPLAYSSM_DEVICE void store(float* base, int64_t row_stride) const {
+#pragma unroll
+    for (int r = 0; r < frags; ++r) store_state4(base + row(r) * row_stride + col(), v[r]);
+  }
+  /// out[i] = sum_j s(i, j) vec[j]; scratch holds `scratch_floats`. Ends with a block barrier.
+  REPLAYSSM_DEVICE void contract(const float* vec, float* out, float* scratch) const {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < frags; ++r) acc = fma4(vec[row(r)], v[r], acc);
+#pragma unroll
+    for (int off = lanes_per_row; off < 32; off <<= 1) {
+      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, off);
+      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, off);
+      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, off);
+      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, off);
+    }
+    if (lane() < lanes_per_row)
+      *reinterpret_cast<float4*>(scratch + (threadIdx.x >> 5) * Keep + col()) = acc;
+    __syncthreads();
+    for (int i = threadIdx.x; i < Keep; i += Threads) {
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < warps; ++w) s += scratch[w * Keep + i];
+      out[i] = s;
+    }
+    __syncthreads();
+  }
+  /// s(i, j) = a * s(i, j) + coef * keep[i] * red[j]; red and keep in shared memory.
+  REPLAYSSM_DEVICE void rank1(float a, const float* red, const float* keep, float coef) {
+    float4 u = *reinterpret_cast<const float4*>(keep + col());
+    u = make_float4(u.x * coef, u.y * coef, u.z * coef, u.w * coef);
+#pragma unroll
+    for (int r = 0; r < frags; ++r) {
+      const float b = red[row(r)];
+      v[r] = make_float4(fmaf(a, v[r].x, u.x * b), fmaf(a, v[r].y, u.y * b),
+                         fmaf(a, v[r].z, u.z * b), fmaf(a, v[r].w, u.w * b));
+    }
+  }
+};
+
+/// Marks one more block of a slot as done with this launch; the last one writes the slot's new
+/// cursor and rearms the counter. Every block of the slot reads the cursor before it arrives, so
+/// no block can see the new value in the same launch. Call from all threads.
+REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals, int64_t slot,
+                                            uint32_t blocks_per_slot, int32_t new_cursor) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const uint32_t prev = atomicAdd(arrivals + slot, 1u);
+    if (prev == blocks_per_slot - 1) {
+      arrivals[slot] = 0u;
+      cursor[slot] = new_cursor;
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace replayssm

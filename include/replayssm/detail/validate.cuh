@@ -1,0 +1,57 @@
+// Host-side checks shared by the launchers.
+#pragma once
+
+#include <stdint.h>
+
+#include <replayssm/cache.cuh>
+#include <replayssm/status.cuh>
+
+namespace replayssm {
+namespace detail {
+
+inline constexpr result fail(status s, const char* message) { return result{s, message}; }
+inline constexpr result ok() { return result{}; }
+
+inline bool aligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
+}
+
+/// Checks a state pool whose tiles are `rows x cols` per head, `heads` heads per slot.
+inline result check_pool(const state_pool_ref& pool, int heads, int rows, int cols,
+                         const char* what_null, const char* what_align, const char* what_stride) {
+  if (pool.data == nullptr) return fail(status::null_pointer, what_null);
+  if (!aligned(pool.data, 16) || pool.row_stride % 4 || pool.head_stride % 4 ||
+      pool.slot_stride % 4)
+    return fail(status::misaligned_pointer, what_align);
+  if (pool.num_slots <= 0) return fail(status::bad_shape, "state pool: num_slots must be positive");
+  if (pool.row_stride < cols || pool.head_stride < int64_t(rows) * pool.row_stride ||
+      pool.slot_stride < int64_t(heads) * pool.head_stride)
+    return fail(status::bad_stride, what_stride);
+  return ok();
+}
+
+/// Checks the batch rows against the pool they index.
+inline result check_rows(const batch_ref& rows, int32_t num_slots) {
+  if (rows.batch < 0) return fail(status::bad_shape, "batch must not be negative");
+  if (rows.batch > 65535) return fail(status::bad_shape, "batch above 65535 rows per launch is not supported; split the launch");
+  if (rows.null_slot >= 0 && rows.null_slot < num_slots)
+    return fail(status::bad_shape, "null_slot lies inside [0, num_slots): a real slot would be skipped");
+  if (rows.slot_idx == nullptr && rows.batch > num_slots)
+    return fail(status::too_many_slots, "batch exceeds num_slots while slot_idx is null (row b uses slot b)");
+  return ok();
+}
+
+inline result check_cursors(const cursor_ref& c) {
+  if (c.cursor == nullptr) return fail(status::null_pointer, "cursors.cursor is null");
+  if (c.arrivals == nullptr) return fail(status::null_pointer, "cursors.arrivals is null");
+  return ok();
+}
+
+inline result check_launch() {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(status::cuda_error, "kernel launch failed (see cudaGetLastError)");
+  return ok();
+}
+
+}  // namespace detail
+}  // namespace replayssm

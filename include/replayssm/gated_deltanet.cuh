@@ -1,0 +1,89 @@
+/// @file gated_deltanet.cuh
+/// @brief Gated DeltaNet decode: views, params and the host launchers.
+///
+/// One decode step for value head h (MATH.md section 2), with q and k L2-normalised and q scaled:
+/// `h = exp(g) h; v' = beta (v - h^T k); h += k v'^T; o = h^T q`.
+/// Replay computes `o` with the backward sweep over the buffer: no state is formed.
+#pragma once
+
+#include <stdint.h>
+
+#include <replayssm/cache.cuh>
+#include <replayssm/policy.cuh>
+#include <replayssm/status.cuh>
+
+namespace replayssm {
+
+/// @brief The step's inputs and output as the engine lays them out (strides in elements; each
+/// head's vector contiguous). Value head h reads q/k head `h / (num_v_heads / num_k_heads)`.
+template <class T>
+struct gdn_inputs {
+  const T* q = nullptr;  ///< `[batch, num_k_heads, head_k_dim]`
+  int64_t q_batch_stride = 0, q_head_stride = 0;
+  const T* k = nullptr;  ///< `[batch, num_k_heads, head_k_dim]`
+  int64_t k_batch_stride = 0, k_head_stride = 0;
+  const T* v = nullptr;  ///< `[batch, num_v_heads, head_v_dim]`
+  int64_t v_batch_stride = 0, v_head_stride = 0;
+  const float* g = nullptr;  ///< `[batch, num_v_heads]`, log gate (alpha = exp(g))
+  int64_t g_batch_stride = 0;
+  const float* beta = nullptr;  ///< `[batch, num_v_heads]`, in (0, 1)
+  int64_t beta_batch_stride = 0;
+  T* out = nullptr;  ///< `[batch, num_v_heads, head_v_dim]`
+  int64_t out_batch_stride = 0, out_head_stride = 0;
+};
+
+/// @brief The input buffer of every slot, `L = Policy::buffer_len` steps deep, contiguous:
+/// `k[slots][L][num_k_heads][head_k_dim]` (raw, type T), `kscale[slots][L][num_k_heads]` (the
+/// fp32 inverse norm the step used), `v[slots][L][num_v_heads][head_v_dim]` (type T),
+/// `g`, `beta` `[slots][L][num_v_heads]` (fp32). q is not kept: only its own step uses it.
+template <class T>
+struct gdn_buffer_ref {
+  T* k = nullptr;           ///< buffered raw k
+  float* kscale = nullptr;  ///< buffered k normalisation factors
+  T* v = nullptr;           ///< buffered v
+  float* g = nullptr;       ///< buffered log gates
+  float* beta = nullptr;    ///< buffered betas
+};
+
+/// @brief Everything one Gated DeltaNet launch needs, passed by value.
+/// @tparam Policy a @ref replay_policy over `rules::gated_deltanet`.
+template <class Policy>
+struct gdn_params {
+  using policy = Policy;
+  using input_type = typename Policy::input_type;
+  int32_t num_k_heads = 0;  ///< q/k heads (of this rank's slice)
+  int32_t num_v_heads = 0;  ///< value heads; a multiple of num_k_heads
+  int32_t head_k_dim = 0;   ///< must equal the policy's
+  int32_t head_v_dim = 0;   ///< must equal the policy's
+  bool l2norm_qk = true;    ///< L2-normalise q and k in the kernel (eps 1e-6 inside the sqrt)
+  float scale = 0.f;        ///< q scale; 0 means head_k_dim^-1/2
+  gdn_inputs<input_type> in;          ///< the step (eager, decode)
+  batch_ref rows;                     ///< batch row -> slot
+  state_pool_ref state;               ///< checkpoint pool (replay) or state pool (eager)
+  gdn_buffer_ref<input_type> buffer;  ///< replay only
+  cursor_ref cursors;                 ///< replay only
+};
+
+/// @brief Eager step: read, update and write each row's state; write the output.
+template <class Policy>
+result eager_step(const gdn_params<Policy>& p, cudaStream_t stream);
+/// @brief Replay decode step (see the Mamba-2 overload): output by the backward sweep over the
+/// buffer against the checkpoint, no state written; a row whose window fills commits in place.
+template <class Policy>
+result decode_step(const gdn_params<Policy>& p, cudaStream_t stream);
+/// @brief Commit (flush) the buffered steps of every listed slot; cursor to 0.
+template <class Policy>
+result commit(const gdn_params<Policy>& p, cudaStream_t stream);
+/// @brief Checkpoint + buffer of each row's slot -> `dest` row b (same layout as the pool).
+template <class Policy>
+result materialize(const gdn_params<Policy>& p, const state_pool_ref& dest, cudaStream_t stream);
+/// @brief `src` row b -> checkpoint of each row's slot; cursor to 0.
+template <class Policy>
+result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream);
+/// @brief Host checks the launchers run first (see validate_mamba2).
+template <class Policy>
+result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer);
+
+}  // namespace replayssm
+
+#include <replayssm/detail/gdn_launch.inl>

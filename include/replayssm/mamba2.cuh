@@ -1,0 +1,123 @@
+/// @file mamba2.cuh
+/// @brief Mamba-2 (SSD) decode: views, params and the host launchers.
+///
+/// One decode step for head h of batch row b (MATH.md section 1):
+/// `dt = softplus(dt + dt_bias)`, `h = exp(A dt) h + dt x B^T`, `y = h C + D x`, `y *= silu(z)`.
+#pragma once
+
+#include <stdint.h>
+
+#include <replayssm/cache.cuh>
+#include <replayssm/policy.cuh>
+#include <replayssm/status.cuh>
+
+namespace replayssm {
+
+/// @brief Per-head layer weights (device arrays, fp32).
+struct mamba2_weights {
+  const float* A = nullptr;        ///< `[nheads]`, negative
+  const float* dt_bias = nullptr;  ///< `[nheads]`, or null for none
+  const float* D = nullptr;        ///< `[nheads]`, or null for no skip connection
+  bool dt_softplus = true;         ///< apply softplus to dt + dt_bias
+};
+
+/// @brief The step's inputs and its output, as the engine's activations lay them out.
+///
+/// Each row's vectors are contiguous; batch, head and group strides are in elements, so fused
+/// projections (x, B, C, z sliced out of one `in_proj` output) are described without copies.
+/// dt is one scalar per head (tied over headdim).
+template <class T>
+struct mamba2_inputs {
+  const T* x = nullptr;  ///< `[batch, nheads, headdim]`
+  int64_t x_batch_stride = 0, x_head_stride = 0;
+  const T* dt = nullptr;  ///< `[batch, nheads]`, raw (before dt_bias and softplus)
+  int64_t dt_batch_stride = 0, dt_head_stride = 1;
+  const T* B = nullptr;  ///< `[batch, ngroups, dstate]`
+  int64_t B_batch_stride = 0, B_group_stride = 0;
+  const T* C = nullptr;  ///< `[batch, ngroups, dstate]`
+  int64_t C_batch_stride = 0, C_group_stride = 0;
+  const T* z = nullptr;  ///< `[batch, nheads, headdim]`, or null for no gating
+  int64_t z_batch_stride = 0, z_head_stride = 0;
+  T* out = nullptr;  ///< `[batch, nheads, headdim]`
+  int64_t out_batch_stride = 0, out_head_stride = 0;
+};
+
+/// @brief The input buffer of every slot, `L = Policy::buffer_len` steps deep, contiguous:
+/// `x[slots][L][nheads][headdim]`, `B[slots][L][ngroups][dstate]` (type T, exactly as given),
+/// `dt[slots][L][nheads]` (fp32, after bias and softplus).
+template <class T>
+struct mamba2_buffer_ref {
+  T* x = nullptr;       ///< buffered x
+  T* B = nullptr;       ///< buffered B
+  float* dt = nullptr;  ///< buffered dt
+  /// @brief Elements of x, B and dt for a pool of `num_slots` slots.
+  static constexpr int64_t x_elems(int64_t num_slots, int L, int nheads, int headdim) {
+    return num_slots * L * nheads * headdim;
+  }
+  static constexpr int64_t B_elems(int64_t num_slots, int L, int ngroups, int dstate) {
+    return num_slots * L * ngroups * dstate;
+  }
+  static constexpr int64_t dt_elems(int64_t num_slots, int L, int nheads) {
+    return num_slots * L * nheads;
+  }
+};
+
+/// @brief Everything one Mamba-2 launch needs, passed by value.
+/// @tparam Policy a @ref replay_policy over `rules::mamba2`.
+template <class Policy>
+struct mamba2_params {
+  using policy = Policy;
+  using input_type = typename Policy::input_type;
+  int32_t nheads = 0;   ///< heads of this layer (of this rank's slice under tensor parallelism)
+  int32_t ngroups = 0;  ///< B/C groups; must divide nheads
+  int32_t headdim = 0;  ///< must equal the policy's
+  int32_t dstate = 0;   ///< must equal the policy's
+  mamba2_weights weights;             ///< A, dt_bias, D
+  mamba2_inputs<input_type> in;       ///< the step (eager, decode)
+  batch_ref rows;                     ///< batch row -> slot
+  state_pool_ref state;               ///< checkpoint pool (replay) or state pool (eager)
+  mamba2_buffer_ref<input_type> buffer;  ///< replay only
+  cursor_ref cursors;                 ///< replay only
+};
+
+/// @brief Eager step: read each row's state, apply the step, write the state and the output.
+/// The baseline replay must reproduce. `buffer` and `cursors` are ignored.
+template <class Policy>
+result eager_step(const mamba2_params<Policy>& p, cudaStream_t stream);
+
+/// @brief Replay decode step: appends the step to each row's buffer and writes its output from
+/// checkpoint + buffer, writing no state; a row whose window fills (cursor + 1 == K) commits in
+/// the same launch (reads the checkpoint, folds the buffer and the step in, writes it, cursor 0).
+/// @note No allocation, no synchronisation: safe to capture in a CUDA graph.
+/// @code
+/// replayssm::mamba2_params<policy> p = ...;  // views over the engine's cache tensors
+/// if (auto r = replayssm::decode_step(p, stream); !r) fprintf(stderr, "%s\n", r.message);
+/// @endcode
+template <class Policy>
+result decode_step(const mamba2_params<Policy>& p, cudaStream_t stream);
+
+/// @brief Commit (flush) every listed slot: fold its buffered steps into the checkpoint and set
+/// its cursor to 0. `in` is ignored. Slots with nothing buffered are left untouched.
+template <class Policy>
+result commit(const mamba2_params<Policy>& p, cudaStream_t stream);
+
+/// @brief Write checkpoint + buffer (the current state) of the slot of each batch row b into
+/// `dest` at row b (`dest.slot_stride` between rows); nothing else changes.
+template <class Policy>
+result materialize(const mamba2_params<Policy>& p, const state_pool_ref& dest, cudaStream_t stream);
+
+/// @brief Set the checkpoint of the slot of each batch row b from `src` row b (for example a
+/// prefill's final state) and its cursor to 0.
+template <class Policy>
+result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream);
+
+/// @brief Host checks the launchers run first: shapes against the policy, pointers, alignment,
+/// strides. `needs_step`: the step inputs are read; `needs_buffer`: buffer and cursors are used;
+/// `needs_weights`: A (and dt_bias, D when given) are read.
+template <class Policy>
+result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool needs_buffer,
+                       bool needs_weights);
+
+}  // namespace replayssm
+
+#include <replayssm/detail/mamba2_launch.inl>

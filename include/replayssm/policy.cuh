@@ -1,0 +1,109 @@
+/// @file policy.cuh
+/// @brief Compile-time configuration: rules, precision pairs and the replay policy.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include <replayssm/detail/config.cuh>
+
+namespace replayssm {
+
+/// @brief How a Gated DeltaNet state tile is stored in the engine's pool.
+enum class state_layout {
+  kv,  ///< `[slots, HV, K, V]`, V contiguous (flash-linear-attention)
+  vk,  ///< `[slots, HV, V, K]`, K contiguous (the transposed layout some engines use)
+};
+
+namespace rules {
+
+/// @brief Mamba-2 (SSD) decode rule: state `[headdim P, dstate N]` per head, N contiguous.
+/// @tparam HeadDim P, the head dimension (a multiple of the tile rows).
+/// @tparam DState N, the state dimension (16, 32, 64 or 128).
+/// @tparam Input element type of the step inputs x, dt, B, C, z and of the output
+///         (`float`, `__nv_bfloat16` or `__half`); buffered inputs keep this type, so replay
+///         sees exactly what eager sees.
+template <int HeadDim, int DState, class Input = __nv_bfloat16>
+struct mamba2 {
+  static constexpr int headdim = HeadDim;  ///< P
+  static constexpr int dstate = DState;    ///< N
+  using input_type = Input;                ///< type of step inputs and outputs
+  static constexpr int default_tile = HeadDim < 32 ? HeadDim : 32;  ///< rows of P per block
+  static_assert(DState == 16 || DState == 32 || DState == 64 || DState == 128,
+                "mamba2: DState must be 16, 32, 64 or 128 (one warp covers a state row).");
+  static_assert(HeadDim > 0 && HeadDim % 4 == 0, "mamba2: HeadDim must be a positive multiple of 4.");
+};
+
+/// @brief Gated DeltaNet decode rule: state `[K, V]` per value head (or `[V, K]`, see Layout).
+/// @tparam KDim head_k_dim (16, 32, 64 or 128).
+/// @tparam VDim head_v_dim (a multiple of the tile columns).
+/// @tparam Input element type of q, k, v and of the output; g and beta are `float`.
+/// @tparam Layout storage order of each state tile in the engine's pool.
+template <int KDim, int VDim, class Input = __nv_bfloat16, state_layout Layout = state_layout::kv>
+struct gated_deltanet {
+  static constexpr int head_k_dim = KDim;  ///< K
+  static constexpr int head_v_dim = VDim;  ///< V
+  using input_type = Input;                ///< type of q, k, v and the output
+  static constexpr state_layout layout = Layout;  ///< storage order of the state
+  static constexpr int default_tile = VDim < 32 ? VDim : 32;  ///< V columns per block
+  static_assert(KDim == 16 || KDim == 32 || KDim == 64 || KDim == 128,
+                "gated_deltanet: KDim must be 16, 32, 64 or 128.");
+  static_assert(VDim > 0 && VDim % 4 == 0, "gated_deltanet: VDim must be a positive multiple of 4.");
+};
+
+}  // namespace rules
+
+namespace precision {
+/// @brief One fp32 checkpoint that serves outputs and commits alike.
+/// @note The serving-copy pairs (fp32 master + bf16/fp16/fp8/int8 copy) extend this slot.
+struct fp32 {
+  using master_type = float;                  ///< checkpoint that commits read and write
+  using serving_type = float;                 ///< checkpoint that output steps read
+  static constexpr bool has_serving_copy = false;  ///< no separate copy: outputs read the master
+};
+}  // namespace precision
+
+/// @brief The policy: everything ReplaySSM fixes at compile time, in one type.
+///
+/// @tparam Rule the recurrence (`rules::mamba2<...>` or `rules::gated_deltanet<...>`).
+/// @tparam BufferLen L, the capacity of each slot's input buffer in steps.
+/// @tparam CommitInterval K: a decode step that fills the K-th buffered step commits the buffer
+///         into the checkpoint in the same launch. K = 1 is eager.
+/// @tparam Precision the precision pair (only `precision::fp32` for now).
+/// @tparam Tile rows of P (Mamba-2) or columns of V (Gated DeltaNet) handled by one block.
+/// @tparam BlockThreads threads per block (a multiple of 32).
+///
+/// @code
+/// using layer_policy = replayssm::replay_policy<replayssm::rules::mamba2<64, 128>, 16, 16>;
+/// @endcode
+template <class Rule, int BufferLen, int CommitInterval, class Precision = precision::fp32,
+          int Tile = Rule::default_tile, int BlockThreads = 128>
+struct replay_policy {
+  using rule = Rule;                                   ///< the recurrence
+  using input_type = typename Rule::input_type;        ///< type of step inputs and outputs
+  using precision = Precision;                         ///< the precision pair
+  using master_type = typename Precision::master_type; ///< checkpoint type
+  static constexpr int buffer_len = BufferLen;         ///< L
+  static constexpr int commit_interval = CommitInterval;  ///< K
+  static constexpr int tile = Tile;                    ///< rows of P / columns of V per block
+  static constexpr int block_threads = BlockThreads;   ///< threads per block
+
+  static_assert(CommitInterval >= 1, "replay_policy: the commit interval K must be at least 1.");
+  static_assert(CommitInterval <= BufferLen,
+                "replay_policy: the commit interval K must not exceed the buffer length L, or a "
+                "full buffer would have to drop inputs. Raise BufferLen or lower CommitInterval.");
+  static_assert(BufferLen <= 64, "replay_policy: BufferLen above 64 is not supported (the replay "
+                                 "staging lives in shared memory).");
+  static_assert(BlockThreads % 32 == 0 && BlockThreads >= 32 && BlockThreads <= 512,
+                "replay_policy: BlockThreads must be a multiple of 32 between 32 and 512.");
+  static_assert(std::is_same<master_type, float>::value,
+                "replay_policy: only fp32 checkpoints are implemented so far.");
+};
+
+/// @brief Policy of the eager step (K = 1, no buffer) for a rule: the baseline kernels use it.
+template <class Rule, int Tile = Rule::default_tile, int BlockThreads = 128>
+using eager_policy = replay_policy<Rule, 1, 1, precision::fp32, Tile, BlockThreads>;
+
+}  // namespace replayssm

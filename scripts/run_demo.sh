@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Build and run the quick-start examples (needs a CUDA GPU to run):
+#   bash scripts/run_demo.sh [extra CMake configure arguments...]
+# Build directory: $BUILD_DIR (default: build), shared with scripts/run_tests.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/run_tests.sh
+
+demos=(quickstart_mamba2 quickstart_gdn)
+
+replayssm_configure "$@"
+cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${demos[@]}"
+
+if ! replayssm_have_gpu; then
+  echo "warning: no GPU detected (nvidia-smi); the demos need one and will likely fail." >&2
+fi
+for demo in "${demos[@]}"; do
+  echo
+  echo "==== $demo ===="
+  "$BUILD_DIR/examples/$demo"
+done

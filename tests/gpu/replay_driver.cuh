@@ -1,0 +1,185 @@
+// The one long-run check both rules share: replay vs eager vs the float64 reference over many
+// steps with in-launch commits, explicit commits, materialize, load, slot permutations in a pool
+// larger than the batch, and null rows whose memory must stay bit-identical.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <future>
+#include <numeric>
+
+#include "harness.cuh"
+
+namespace rtest {
+
+struct slot_region {
+  const void* ptr;
+  size_t bytes_per_slot;
+};
+
+struct replay_run_config {
+  int nseq = 2;        // active sequences
+  int nnull = 1;       // null rows in every batch
+  int num_slots = 7;   // pool size (larger than the batch)
+  int steps = 2048;
+  double tol = 2e-5;        // relative L2 error of each step's outputs
+  double state_tol = 2e-5;  // relative L2 error of a materialized (fp32) state
+  int flush_every = 257;        // explicit commit of a random subset this often
+  int materialize_every = 509;  // compare the materialized state this often
+};
+
+struct replay_run_report {
+  double max_replay_vs_ref = 0, max_eager_vs_ref = 0, max_replay_vs_eager = 0, max_state_err = 0;
+  int commits_seen = 0;
+};
+
+/// The test configuration for outputs of type T: fp32 outputs must agree to fp32 rounding; bf16 or
+/// fp16 outputs carry one rounding of their own (half an ulp, 2^-9 relative for bf16).
+/// REPLAYSSM_TEST_STEPS overrides the number of steps (for compute-sanitizer runs).
+template <class T>
+replay_run_config default_run_config() {
+  replay_run_config cfg;
+  if (sizeof(T) < 4) cfg.tol = std::is_same<T, __half>::value ? 2e-3 : 8e-3;
+  if (const char* s = std::getenv("REPLAYSSM_TEST_STEPS")) cfg.steps = std::atoi(s);
+  return cfg;
+}
+
+template <class Case>
+replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std::mt19937_64& rng) {
+  const int batch = cfg.nseq + cfg.nnull;
+  const int32_t null_slot = -1;
+  c.allocate(batch, cfg.num_slots, rng);
+
+  std::vector<int> perm(cfg.num_slots);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<int> seq_slot(perm.begin(), perm.begin() + cfg.nseq);
+
+  // Snapshot every slot's memory: slots no sequence owns must never change.
+  const auto regions = c.slot_regions();
+  std::vector<std::vector<unsigned char>> before;
+  for (const auto& r : regions) {
+    std::vector<unsigned char> h(r.bytes_per_slot * cfg.num_slots);
+    RTEST_CUDA(cudaMemcpy(h.data(), r.ptr, h.size(), cudaMemcpyDeviceToHost));
+    before.push_back(std::move(h));
+  }
+
+  // Initial states (a prefill's result) loaded into both pools.
+  std::vector<typename Case::ref_state> ref(cfg.nseq);
+  {
+    std::vector<float> src;
+    for (int s = 0; s < cfg.nseq; ++s) {
+      ref[s] = c.random_state(rng);
+      const auto d = c.to_device_layout(ref[s]);
+      src.insert(src.end(), d.begin(), d.end());
+    }
+    dev_array<float> src_dev(src.size());
+    src_dev.upload(src);
+    dev_array<int32_t> idx(cfg.nseq);
+    idx.upload(std::vector<int32_t>(seq_slot.begin(), seq_slot.end()));
+    RTEST_OK(c.load(idx.ptr, cfg.nseq, src_dev.ptr));
+    for (int s = 0; s < cfg.nseq; ++s)
+      RTEST_CUDA(cudaMemcpy(c.eager_slot(seq_slot[s]), src_dev.ptr + s * c.state_elems(),
+                            c.state_elems() * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+
+  replay_run_report rep;
+  dev_array<int32_t> slot_idx(batch);
+  std::vector<int> row_seq(batch);
+  std::vector<typename Case::step_t> steps(cfg.nseq);
+  std::vector<std::vector<double>> yref(cfg.nseq);
+  for (int t = 0; t < cfg.steps; ++t) {
+    for (int b = 0; b < batch; ++b) row_seq[b] = b < cfg.nseq ? b : -1;
+    std::shuffle(row_seq.begin(), row_seq.end(), rng);
+    std::vector<int32_t> idx(batch);
+    for (int b = 0; b < batch; ++b) idx[b] = row_seq[b] >= 0 ? seq_slot[row_seq[b]] : null_slot;
+    slot_idx.upload(idx);
+    for (int s = 0; s < cfg.nseq; ++s) steps[s] = c.random_step(rng);
+    for (int b = 0; b < batch; ++b)
+      c.set_row(b, row_seq[b] >= 0 ? steps[row_seq[b]] : c.random_step(rng));
+    c.upload_inputs();
+    c.poison_outputs();
+    RTEST_OK(c.decode(slot_idx.ptr, batch, null_slot));
+    RTEST_OK(c.eager(slot_idx.ptr, batch, null_slot));
+    std::vector<std::future<void>> jobs;
+    for (int s = 0; s < cfg.nseq; ++s)
+      jobs.push_back(std::async(std::launch::async, [&, s] { c.ref_step(ref[s], steps[s], yref[s]); }));
+    for (auto& j : jobs) j.get();
+    RTEST_CUDA(cudaDeviceSynchronize());
+    c.download_outputs();
+
+    rel_err e_rr, e_er, e_re;
+    for (int b = 0; b < batch; ++b) {
+      if (row_seq[b] < 0) {
+        INFO("step " << t << ": a null row's output was written");
+        REQUIRE(c.output_row_untouched(b));
+        continue;
+      }
+      const auto yr = c.replay_out(b), ye = c.eager_out(b);
+      const auto& y = yref[row_seq[b]];
+      for (size_t i = 0; i < y.size(); ++i) {
+        e_rr.add(yr[i], y[i]);
+        e_er.add(ye[i], y[i]);
+        e_re.add(yr[i], ye[i]);
+      }
+    }
+    rep.max_replay_vs_ref = std::max(rep.max_replay_vs_ref, e_rr.value());
+    rep.max_eager_vs_ref = std::max(rep.max_eager_vs_ref, e_er.value());
+    rep.max_replay_vs_eager = std::max(rep.max_replay_vs_eager, e_re.value());
+    INFO("step " << t << " replay-vs-ref " << e_rr.value() << " eager-vs-ref " << e_er.value()
+                 << " replay-vs-eager " << e_re.value());
+    REQUIRE(std::isfinite(e_rr.value()));
+    REQUIRE(e_rr.value() < cfg.tol);
+    REQUIRE(e_er.value() < cfg.tol);
+    REQUIRE(e_re.value() < cfg.tol);
+
+    if (cfg.flush_every > 0 && t % cfg.flush_every == cfg.flush_every - 1) {
+      // Explicit commit of a random non-empty subset, in a shuffled order with a null row.
+      std::vector<int32_t> sub;
+      for (int s = 0; s < cfg.nseq; ++s)
+        if (sub.empty() || (rng() & 1)) sub.push_back(seq_slot[s]);
+      sub.push_back(null_slot);
+      std::shuffle(sub.begin(), sub.end(), rng);
+      dev_array<int32_t> sidx(sub.size());
+      sidx.upload(sub);
+      RTEST_OK(c.commit(sidx.ptr, int(sub.size()), null_slot));
+      RTEST_CUDA(cudaDeviceSynchronize());
+      ++rep.commits_seen;
+    }
+    if (cfg.materialize_every > 0 && t % cfg.materialize_every == cfg.materialize_every - 1) {
+      dev_array<float> dest(size_t(cfg.nseq) * c.state_elems());
+      dest.poison();
+      dev_array<int32_t> sidx(cfg.nseq);
+      sidx.upload(std::vector<int32_t>(seq_slot.begin(), seq_slot.end()));
+      RTEST_OK(c.materialize(sidx.ptr, cfg.nseq, dest.ptr));
+      const auto h = dest.download();
+      for (int s = 0; s < cfg.nseq; ++s) {
+        const auto st = c.from_device_layout(h.data() + s * c.state_elems());
+        rel_err e;
+        for (size_t i = 0; i < st.size(); ++i) e.add(st[i], ref[s][i]);
+        rep.max_state_err = std::max(rep.max_state_err, e.value());
+        INFO("materialized state of sequence " << s << " at step " << t << ": " << e.value());
+        REQUIRE(e.value() < cfg.state_tol);
+      }
+    }
+  }
+
+  // Cursors of live slots stay inside the window; unused slots are bit-identical.
+  const auto cur = c.cursor_values();
+  for (int s = 0; s < cfg.nseq; ++s) {
+    REQUIRE(cur[seq_slot[s]] >= 0);
+    REQUIRE(cur[seq_slot[s]] < Case::commit_interval);
+  }
+  for (size_t r = 0; r < regions.size(); ++r) {
+    std::vector<unsigned char> h(before[r].size());
+    RTEST_CUDA(cudaMemcpy(h.data(), regions[r].ptr, h.size(), cudaMemcpyDeviceToHost));
+    for (int slot = cfg.nseq; slot < cfg.num_slots; ++slot) {
+      const size_t off = size_t(perm[slot]) * regions[r].bytes_per_slot;
+      INFO("region " << r << " of unused slot " << perm[slot] << " changed");
+      REQUIRE(std::memcmp(h.data() + off, before[r].data() + off, regions[r].bytes_per_slot) == 0);
+    }
+  }
+  return rep;
+}
+
+}  // namespace rtest
