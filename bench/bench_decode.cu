@@ -241,6 +241,13 @@ void bm_gdn(benchmark::State& state) {
   run_case(state, s, mode(state.range(3)));
 }
 
+__global__ void copy_kernel(const float4* __restrict__ src, float4* __restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    __stcs(dst + i, __ldcs(src + i));
+}
+
+// The copy ceiling, two ways: cudaMemcpyAsync (state.range(0) == 0) and a float4 copy kernel.
 void bm_copy(benchmark::State& state) {
   const size_t bytes = size_t(2) << 30;
   dev_array<char> a(bytes), b(bytes);
@@ -248,10 +255,20 @@ void bm_copy(benchmark::State& state) {
   cudaStream_t stream;
   RBENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   rbench::event_timer timer(stream);
-  RBENCH_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, stream));
+  const bool kernel = state.range(0) == 1;
+  auto copy = [&] {
+    if (kernel) {
+      copy_kernel<<<132 * 16, 256, 0, stream>>>(reinterpret_cast<const float4*>(a.ptr),
+                                                reinterpret_cast<float4*>(b.ptr), bytes / 16);
+      RBENCH_CHECK(cudaGetLastError());
+    } else {
+      RBENCH_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+  };
+  copy();
   for (auto _ : state) {
     timer.begin();
-    RBENCH_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, stream));
+    copy();
     state.SetIterationTime(timer.end());
   }
   state.SetBytesProcessed(int64_t(2.0 * bytes * state.iterations()));  // read + write
@@ -268,7 +285,7 @@ const mode kModes[] = {mode::eager, mode::replay, mode::commit, mode::window};
 
 void register_all() {
   rbench::add_device_context();
-  benchmark::RegisterBenchmark("copy/d2d_2GiB", bm_copy)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("copy/d2d_2GiB", bm_copy)->ArgName("kernel")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
   // Decode at K = 16 for the model shapes: {heads, groups, batch, mode}.
   // Names: <rule>/<shape>/K16/<mode>/batch:<b>.
   for (auto hg : std::vector<std::pair<int, int>>{{128, 8}, {80, 1}})

@@ -2,11 +2,13 @@
 # Runs the GPU test suite, compute-sanitizer and the benchmarks on a machine with a GPU, from
 # binaries built elsewhere (BIN, default build) when that machine cannot build them itself:
 #   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|bench|all]...
+# Test cases run as parallel processes (JOBS, default 8): the float64 reference is the slow part.
 # Logs and the benchmark JSON go to $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN="${BIN:-build}"
 OUT="${OUT:-gpu_out}"
+JOBS="${JOBS:-8}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 tests="$BIN/replayssm_gpu_tests"
@@ -14,21 +16,45 @@ tests="$BIN/replayssm_gpu_tests"
 bench="$BIN/bench_decode"
 [[ -x "$bench" ]] || bench="$BIN/bench/bench_decode"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
+tmp=$(mktemp -d)
+
+# run_cases LOG PREFIX...: every test case in its own process, JOBS at a time.
+run_cases() {
+  local log=$1; shift
+  local i=0 name
+  mapfile -t names < <("$tests" --list-test-names-only | sed '/^$/d')
+  for name in "${names[@]}"; do
+    while [[ $(jobs -r | wc -l) -ge $JOBS ]]; do sleep 0.2; done
+    ( "$@" "$tests" "*${name##* - }" --durations yes > "$tmp/case_$i.log" 2>&1
+      echo "exit $? :: $name" >> "$tmp/case_$i.log" ) &
+    i=$((i + 1))
+  done
+  wait
+  cat "$tmp"/case_*.log > "$log"
+  rm -f "$tmp"/case_*.log
+  local failed
+  failed=$(grep -c "^exit [^0]" "$log")
+  echo "$(grep -c '^exit 0' "$log") cases passed, $failed failed ($log)"
+  [[ $failed -eq 0 ]]
+}
+
 rc=0
 for what in "${@:-all}"; do
   if [[ $what == tests || $what == all ]]; then
     echo "== GPU tests"
-    /usr/bin/time -f "tests wall %e s" "$tests" --durations yes 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[|passed|failed|FAILED|wall|GPU tests" || true
-    [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+    SECONDS=0
+    run_cases "$OUT/gpu_tests.log" || rc=1
+    grep -E "^\[|^exit [^0]|FAILED" "$OUT/gpu_tests.log" | cut -c1-200
+    echo "tests wall ${SECONDS}s"
   fi
   if [[ $what == sanitize || $what == all ]]; then
-    echo "== compute-sanitizer (short runs: REPLAYSSM_TEST_STEPS=${SAN_STEPS:-40})"
     for tool in memcheck racecheck; do
-      REPLAYSSM_TEST_STEPS="${SAN_STEPS:-40}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-        "$tests" > "$OUT/sanitizer_$tool.log" 2>&1
-      code=$?
-      echo "$tool exit $code: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/sanitizer_$tool.log" | tr '\n' ' ')"
-      [[ $code -eq 0 ]] || rc=1
+      echo "== compute-sanitizer $tool (REPLAYSSM_TEST_STEPS=${SAN_STEPS:-24})"
+      SECONDS=0
+      REPLAYSSM_TEST_STEPS="${SAN_STEPS:-24}" run_cases "$OUT/sanitizer_$tool.log" \
+        compute-sanitizer --tool "$tool" --error-exitcode 9 || rc=1
+      grep -E "ERROR SUMMARY" "$OUT/sanitizer_$tool.log" | sort | uniq -c
+      echo "$tool wall ${SECONDS}s"
     done
   fi
   if [[ $what == bench || $what == all ]]; then
@@ -36,7 +62,8 @@ for what in "${@:-all}"; do
     "$bench" --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPS:-3}" \
       --benchmark_report_aggregates_only=true --benchmark_out="$OUT/bench_decode.json" \
       --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} > "$OUT/bench.log" 2>&1 || rc=1
-    grep -E "median" "$OUT/bench.log" | sed "s/_median//" | cut -c1-160
+    grep -E "median" "$OUT/bench.log" | sed -e "s/_median//" -e "s/manual_time//" -e "s/bytes_per_step=[^ ]*//" | tr -s ' ' | cut -c1-150
   fi
 done
+rm -rf "$tmp"
 exit $rc

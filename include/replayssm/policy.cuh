@@ -30,7 +30,7 @@ struct mamba2 {
   static constexpr int headdim = HeadDim;  ///< P
   static constexpr int dstate = DState;    ///< N
   using input_type = Input;                ///< type of step inputs and outputs
-  static constexpr int default_tile = HeadDim < 32 ? HeadDim : 32;  ///< rows of P per block
+  static constexpr int default_tile = HeadDim < 64 ? HeadDim : 64;  ///< rows of P per block
   static_assert(DState == 16 || DState == 32 || DState == 64 || DState == 128,
                 "mamba2: DState must be 16, 32, 64 or 128 (one warp covers a state row).");
   static_assert(HeadDim > 0 && HeadDim % 4 == 0, "mamba2: HeadDim must be a positive multiple of 4.");
@@ -47,7 +47,7 @@ struct gated_deltanet {
   static constexpr int head_v_dim = VDim;  ///< V
   using input_type = Input;                ///< type of q, k, v and the output
   static constexpr state_layout layout = Layout;  ///< storage order of the state
-  static constexpr int default_tile = VDim < 32 ? VDim : 32;  ///< V columns per block
+  static constexpr int default_tile = VDim < 64 ? VDim : 64;  ///< V columns per block
   static_assert(KDim == 16 || KDim == 32 || KDim == 64 || KDim == 128,
                 "gated_deltanet: KDim must be 16, 32, 64 or 128.");
   static_assert(VDim > 0 && VDim % 4 == 0, "gated_deltanet: VDim must be a positive multiple of 4.");

@@ -85,6 +85,7 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
   { auto p = valid_mamba2(); p.in.B_group_stride = 100; expect(p, status::bad_stride, "group strides"); }
   { auto p = valid_mamba2(); p.in.x_batch_stride = 64; expect(p, status::bad_stride, "batch stride"); }
   { auto p = valid_mamba2(); p.buffer.B = nullptr; expect(p, status::null_pointer, "buffer"); }
+  { auto p = valid_mamba2(); p.buffer.x = fake_f + 1; expect(p, status::misaligned_pointer, "buffer.x"); }
   { auto p = valid_mamba2(); p.cursors.cursor = nullptr; expect(p, status::null_pointer, "cursors.cursor"); }
   { auto p = valid_mamba2(); p.cursors.arrivals = nullptr; expect(p, status::null_pointer, "arrivals"); }
 
@@ -135,6 +136,7 @@ TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu]
   { P p = valid_gdn<TestType>(); p.in.k_head_stride = 64; expect(p, status::bad_stride, "head strides"); }
   { P p = valid_gdn<TestType>(); p.in.g_batch_stride = 1; expect(p, status::bad_stride, "batch stride"); }
   { P p = valid_gdn<TestType>(); p.buffer.kscale = nullptr; expect(p, status::null_pointer, "buffer.kscale"); }
+  { P p = valid_gdn<TestType>(); p.buffer.v = fake_f + 3; expect(p, status::misaligned_pointer, "buffer.k and buffer.v"); }
   { P p = valid_gdn<TestType>(); p.cursors.arrivals = nullptr; expect(p, status::null_pointer, "arrivals"); }
   { P p = valid_gdn<TestType>(); p.rows.null_slot = 0; expect(p, status::bad_shape, "null_slot"); }
 }

@@ -41,6 +41,10 @@ replay_run_config default_run_config() {
   replay_run_config cfg;
   if (sizeof(T) < 4) cfg.tol = std::is_same<T, __half>::value ? 2e-3 : 8e-3;
   if (const char* s = std::getenv("REPLAYSSM_TEST_STEPS")) cfg.steps = std::atoi(s);
+  if (cfg.steps < 2 * cfg.materialize_every) {  // short runs still flush and materialize
+    cfg.flush_every = 7;
+    cfg.materialize_every = 11;
+  }
   return cfg;
 }
 

@@ -33,21 +33,23 @@ struct gdn_agent {
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
   static_assert(VD % VT == 0, "gated_deltanet: the policy's Tile (columns of V per block) must divide head_v_dim.");
-  static_assert(VT <= NT, "gated_deltanet: the policy's Tile must not exceed BlockThreads.");
+  static_assert(VT <= NT && KD <= NT,
+                "gated_deltanet: the policy's Tile and head_k_dim must not exceed BlockThreads.");
 
   struct shared_storage {
-    float k[S][KD];  // normalised k_j
-    float v[S][VT];  // v_j, this block's columns
-    float g[S];
-    float beta[S];
-    float c[S];      // beta_j (k_j . r_j) from the sweep
-    float q[KD];     // normalised, scaled q
-    float r[KD];     // M_1 ... M_n q
-    float o[VT];
-    float kh[VT];
-    float u[VT];
-    float scratch[tile_t::scratch_floats];
-    float qscale, kscale;
+    alignas(16) float k[S][KD];  // normalised k_j
+    alignas(16) float v[S][VT];  // v_j, this block's columns
+    alignas(16) float g[S];
+    alignas(16) float beta[S];
+    alignas(16) float c[S];      // beta_j (k_j . r_j) from the sweep
+    alignas(16) float ksc[S];    // normalisation factor of k_j
+    alignas(16) float q[KD];     // normalised, scaled q
+    alignas(16) float r[KD];     // M_1 ... M_n q
+    alignas(16) float o[VT];
+    alignas(16) float kh[VT];
+    alignas(16) float u[VT];
+    alignas(16) float scratch[tile_t::scratch_floats];
+    float qscale;
   };
 
   shared_storage& s;
@@ -77,45 +79,49 @@ struct gdn_agent {
       if (hv == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
       return;
     }
-    tile.load(ckpt, p.state.row_stride);  // in flight while the inputs are staged
-
+    // Requested first: the state tile and the current step; then the buffer rows in one wave.
+    tile.load(ckpt, p.state.row_stride);
+    constexpr bool has_current = (Op == op::eager || Op == op::decode);
+    float q_cur = 0.f, k_cur = 0.f, v_cur = 0.f, g_cur = 0.f, beta_cur = 0.f;
+    if (has_current) {
+      if (threadIdx.x < KD) {
+        q_cur = to_float(p.in.q[b * p.in.q_batch_stride + hk * p.in.q_head_stride + threadIdx.x]);
+        k_cur = to_float(p.in.k[b * p.in.k_batch_stride + hk * p.in.k_head_stride + threadIdx.x]);
+      }
+      if (threadIdx.x < VT)
+        v_cur = to_float(p.in.v[b * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + threadIdx.x]);
+      g_cur = p.in.g[b * p.in.g_batch_stride + hv];
+      beta_cur = p.in.beta[b * p.in.beta_batch_stride + hv];
+    }
     const int n = (Op == op::eager) ? 0 : p.cursors.cursor[slot];
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
-    constexpr bool has_current = (Op == op::eager || Op == op::decode);
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
 
-    // Stage the buffered steps 0..n-1.
-    for (int i = threadIdx.x; i < n * KD; i += NT) {
-      const int j = i / KD, e = i % KD;
-      const int64_t sk = buf_step(slot, j) * Hk + hk;
-      s.k[j][e] = to_float(p.buffer.k[sk * KD + e]) * p.buffer.kscale[sk];
-    }
-    for (int i = threadIdx.x; i < n * VT; i += NT) {
-      const int j = i / VT, e = i % VT;
-      s.v[j][e] = to_float(p.buffer.v[(buf_step(slot, j) * Hv + hv) * VD + v0 + e]);
-    }
-    for (int j = threadIdx.x; j < n; j += NT) {
-      s.g[j] = p.buffer.g[buf_step(slot, j) * Hv + hv];
-      s.beta[j] = p.buffer.beta[buf_step(slot, j) * Hv + hv];
-    }
-    // Stage the current step at position n: raw q, k first, then normalise.
-    if (has_current) {
-      const T* qc = p.in.q + b * p.in.q_batch_stride + hk * p.in.q_head_stride;
-      const T* kc = p.in.k + b * p.in.k_batch_stride + hk * p.in.k_head_stride;
-      for (int e = threadIdx.x; e < KD; e += NT) {
-        s.q[e] = to_float(qc[e]);
-        s.k[n][e] = to_float(kc[e]);
+    if (Op != op::eager) {
+      stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD,
+                            int64_t(Hk) * KD, n);
+      stage_rows<S, VT, NT>(s.v, p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0,
+                            int64_t(Hv) * VD, n);
+      if (int(threadIdx.x) < n) {
+        const int j = threadIdx.x;
+        s.g[j] = p.buffer.g[buf_step(slot, j) * Hv + hv];
+        s.beta[j] = p.buffer.beta[buf_step(slot, j) * Hv + hv];
+        s.ksc[j] = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
       }
-      if (threadIdx.x < VT)
-        s.v[n][threadIdx.x] =
-            to_float(p.in.v[b * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + threadIdx.x]);
+    }
+    if (has_current) {
+      if (threadIdx.x < KD) {
+        s.q[threadIdx.x] = q_cur;
+        s.k[n][threadIdx.x] = k_cur;
+      }
+      if (threadIdx.x < VT) s.v[n][threadIdx.x] = v_cur;
       if (threadIdx.x == 0) {
-        s.g[n] = p.in.g[b * p.in.g_batch_stride + hv];
-        s.beta[n] = p.in.beta[b * p.in.beta_batch_stride + hv];
+        s.g[n] = g_cur;
+        s.beta[n] = beta_cur;
       }
       __syncthreads();
-      if (threadIdx.x < 32) {
+      if (threadIdx.x < 32) {  // the step's own normalisation factors
         float qq = 0.f, kk = 0.f;
         for (int e = threadIdx.x; e < KD; e += 32) {
           qq = fmaf(s.q[e], s.q[e], qq);
@@ -126,15 +132,14 @@ struct gdn_agent {
         if (threadIdx.x == 0) {
           const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
           s.qscale = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
-          s.kscale = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
+          s.ksc[n] = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
         }
       }
-      __syncthreads();
-      for (int e = threadIdx.x; e < KD; e += NT) {
-        s.q[e] *= s.qscale;
-        s.k[n][e] *= s.kscale;
-      }
     }
+    __syncthreads();
+    // Normalise: k_j = raw k_j * its factor (exactly what the step computed), q scaled.
+    for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
+    if (has_current && threadIdx.x < KD) s.q[threadIdx.x] *= s.qscale;
     __syncthreads();
 
     if (commit) {
@@ -186,19 +191,18 @@ struct gdn_agent {
         s.o[threadIdx.x] = o;
       }
       // Append the current step to the buffer (k raw, with the factor the step used).
+      // (Converting back to T is exact: the values came from T.)
       if (threadIdx.x < VT)
-        p.buffer.v[(buf_step(slot, n) * Hv + hv) * VD + v0 + threadIdx.x] =
-            p.in.v[b * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + threadIdx.x];
+        p.buffer.v[(buf_step(slot, n) * Hv + hv) * VD + v0 + threadIdx.x] = from_float<T>(v_cur);
       if (t == 0) {
         if (threadIdx.x == 0) {
-          p.buffer.g[buf_step(slot, n) * Hv + hv] = s.g[n];
-          p.buffer.beta[buf_step(slot, n) * Hv + hv] = s.beta[n];
+          p.buffer.g[buf_step(slot, n) * Hv + hv] = g_cur;
+          p.buffer.beta[buf_step(slot, n) * Hv + hv] = beta_cur;
         }
         if (hv % (Hv / Hk) == 0) {
           const int64_t sk = buf_step(slot, n) * Hk + hk;
-          const T* kc = p.in.k + b * p.in.k_batch_stride + hk * p.in.k_head_stride;
-          for (int e = threadIdx.x; e < KD; e += NT) p.buffer.k[sk * KD + e] = kc[e];
-          if (threadIdx.x == 0) p.buffer.kscale[sk] = s.kscale;
+          if (threadIdx.x < KD) p.buffer.k[sk * KD + threadIdx.x] = from_float<T>(k_cur);
+          if (threadIdx.x == 0) p.buffer.kscale[sk] = s.ksc[n];
         }
       }
     }

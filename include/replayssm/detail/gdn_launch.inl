@@ -52,6 +52,9 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
     if (!p.buffer.k || !p.buffer.kscale || !p.buffer.v || !p.buffer.g || !p.buffer.beta)
       return fail(status::null_pointer,
                   "gated_deltanet: buffer.k, buffer.kscale, buffer.v, buffer.g and buffer.beta are required");
+    if (!detail::aligned(p.buffer.k, 16) || !detail::aligned(p.buffer.v, 16))
+      return fail(status::misaligned_pointer,
+                  "gated_deltanet: buffer.k and buffer.v must be 16-byte aligned (rows load as 16 bytes)");
     if (auto r = detail::check_cursors(p.cursors); !r) return r;
   }
   return detail::ok();

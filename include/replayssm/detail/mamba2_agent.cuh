@@ -24,15 +24,16 @@ struct mamba2_agent {
   using tile_t = keep_major_tile<TR, N, NT>;
   static_assert(P % TR == 0,
                 "mamba2: the policy's Tile (rows of headdim per block) must divide headdim.");
-  static_assert(TR <= NT, "mamba2: the policy's Tile must not exceed BlockThreads.");
+  static_assert(TR <= NT && N <= NT,
+                "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
   struct shared_storage {
-    float B[S][N];   // B_j, group vectors
-    float x[S][TR];  // x_j, this block's rows
-    float dt[S];     // dt_j after bias and softplus
-    float w[S];      // replay weights exp(L_j) dt_j (B_j . C)
-    float C[N];
-    float y[TR];
+    alignas(16) float B[S][N];   // B_j, group vectors
+    alignas(16) float x[S][TR];  // x_j, this block's rows
+    alignas(16) float dt[S];     // dt_j after bias and softplus
+    alignas(16) float w[S];      // replay weights exp(L_j) dt_j (B_j . C)
+    alignas(16) float C[N];
+    alignas(16) float y[TR];
     float decay;     // exp(sum_j A dt_j)
   };
 
@@ -58,44 +59,44 @@ struct mamba2_agent {
       if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
       return;
     }
-    tile.load(ckpt, p.state.row_stride);  // in flight while the inputs are staged
-
+    // Everything that does not depend on the cursor is requested first: the state tile and the
+    // current step's inputs; then the cursor-dependent buffer rows, all in one wave.
+    tile.load(ckpt, p.state.row_stride);
+    constexpr bool has_current = (Op == op::eager || Op == op::decode);
+    float x_cur = 0.f, b_cur = 0.f, c_cur = 0.f, dt_cur = 0.f;
+    if (has_current) {
+      const int64_t bg = b * p.in.B_batch_stride + g * p.in.B_group_stride;
+      const int64_t cg = b * p.in.C_batch_stride + g * p.in.C_group_stride;
+      if (threadIdx.x < N) {
+        b_cur = to_float(p.in.B[bg + threadIdx.x]);
+        c_cur = to_float(p.in.C[cg + threadIdx.x]);
+      }
+      if (threadIdx.x < TR)
+        x_cur = to_float(p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x]);
+      dt_cur = to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
+      if (p.weights.dt_bias) dt_cur += p.weights.dt_bias[h];
+      if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
+    }
+    const float A = p.weights.A[h];
     const int n = (Op == op::eager) ? 0 : p.cursors.cursor[slot];
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
-    constexpr bool has_current = (Op == op::eager || Op == op::decode);
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
-    const float A = p.weights.A[h];
 
-    // Stage the buffered steps 0..n-1.
-    for (int i = threadIdx.x; i < n * N; i += NT) {
-      const int j = i / N, c = i % N;
-      s.B[j][c] = to_float(p.buffer.B[(buf_step(slot, j) * p.ngroups + g) * N + c]);
+    if (Op != op::eager) {
+      stage_rows<S, N, NT>(s.B, p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N,
+                           int64_t(p.ngroups) * N, n);
+      stage_rows<S, TR, NT>(s.x, p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0,
+                            int64_t(H) * P, n);
+      if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
     }
-    for (int i = threadIdx.x; i < n * TR; i += NT) {
-      const int j = i / TR, r = i % TR;
-      s.x[j][r] = to_float(p.buffer.x[(buf_step(slot, j) * H + h) * P + row0 + r]);
-    }
-    for (int j = threadIdx.x; j < n; j += NT) s.dt[j] = p.buffer.dt[buf_step(slot, j) * H + h];
-    // Stage the current step at position n.
-    float x_cur = 0.f;  // held by threads r < TR
     if (has_current) {
-      const T* Bc = p.in.B + b * p.in.B_batch_stride + g * p.in.B_group_stride;
-      const T* Cc = p.in.C + b * p.in.C_batch_stride + g * p.in.C_group_stride;
-      for (int c = threadIdx.x; c < N; c += NT) {
-        s.B[n][c] = to_float(Bc[c]);
-        s.C[c] = to_float(Cc[c]);
+      if (threadIdx.x < N) {
+        s.B[n][threadIdx.x] = b_cur;
+        s.C[threadIdx.x] = c_cur;
       }
-      if (threadIdx.x < TR) {
-        x_cur = to_float(p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x]);
-        s.x[n][threadIdx.x] = x_cur;
-      }
-      if (threadIdx.x == 0) {
-        float dt = to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
-        if (p.weights.dt_bias) dt += p.weights.dt_bias[h];
-        if (p.weights.dt_softplus) dt = softplus(dt);
-        s.dt[n] = dt;
-      }
+      if (threadIdx.x < TR) s.x[n][threadIdx.x] = x_cur;
+      if (threadIdx.x == 0) s.dt[n] = dt_cur;
     }
     __syncthreads();
 
@@ -119,13 +120,22 @@ struct mamba2_agent {
         if (lane == 0) s.w[j] = d * s.dt[j];
       }
       __syncthreads();
-      if (threadIdx.x == 0) {
-        float acc = 0.f;  // sum of A dt_i over i > j
-        for (int j = m - 1; j >= 0; --j) {
-          s.w[j] *= expf(acc);
-          acc = fmaf(A, s.dt[j], acc);
+      if (warp == 0) {
+        // w_j *= exp(sum_{i>j} A dt_i), by a suffix scan over 32 steps at a time.
+        float carry = 0.f;
+        for (int base = ((m - 1) / 32) * 32; base >= 0; base -= 32) {
+          const int j = base + lane;
+          const float la = j < m ? A * s.dt[j] : 0.f;
+          float incl = la;  // sum over i >= j within this chunk
+#pragma unroll
+          for (int off = 1; off < 32; off <<= 1) {
+            const float o = __shfl_down_sync(0xffffffffu, incl, off);
+            if (lane + off < 32) incl += o;
+          }
+          if (j < m) s.w[j] *= expf(incl - la + carry);
+          carry += __shfl_sync(0xffffffffu, incl, 0);
         }
-        s.decay = expf(acc);
+        if (lane == 0) s.decay = expf(carry);
       }
       tile.contract(s.C, s.y, nullptr);  // its barrier also publishes w and decay
       if (threadIdx.x < TR) {
@@ -134,16 +144,13 @@ struct mamba2_agent {
         s.y[threadIdx.x] = y;
       }
       // Append the current step to the buffer (the inputs exactly as given).
+      // (Converting back to T is exact: the values came from T.)
       if (threadIdx.x < TR)
-        p.buffer.x[(buf_step(slot, n) * H + h) * P + row0 + threadIdx.x] =
-            p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x];
+        p.buffer.x[(buf_step(slot, n) * H + h) * P + row0 + threadIdx.x] = from_float<T>(x_cur);
       if (t == 0) {
-        if (threadIdx.x == 0) p.buffer.dt[buf_step(slot, n) * H + h] = s.dt[n];
-        if (h % (H / p.ngroups) == 0) {
-          const T* Bc = p.in.B + b * p.in.B_batch_stride + g * p.in.B_group_stride;
-          for (int c = threadIdx.x; c < N; c += NT)
-            p.buffer.B[(buf_step(slot, n) * p.ngroups + g) * N + c] = Bc[c];
-        }
+        if (threadIdx.x == 0) p.buffer.dt[buf_step(slot, n) * H + h] = dt_cur;
+        if (h % (H / p.ngroups) == 0 && threadIdx.x < N)
+          p.buffer.B[(buf_step(slot, n) * p.ngroups + g) * N + threadIdx.x] = from_float<T>(b_cur);
       }
     }
 

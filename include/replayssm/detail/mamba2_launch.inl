@@ -50,6 +50,9 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
   if (needs_buffer) {
     if (!p.buffer.x || !p.buffer.B || !p.buffer.dt)
       return fail(status::null_pointer, "mamba2: buffer.x, buffer.B and buffer.dt are required");
+    if (!detail::aligned(p.buffer.x, 16) || !detail::aligned(p.buffer.B, 16))
+      return fail(status::misaligned_pointer,
+                  "mamba2: buffer.x and buffer.B must be 16-byte aligned (rows load as 16 bytes)");
     if (auto r = detail::check_cursors(p.cursors); !r) return r;
   }
   return detail::ok();

@@ -195,3 +195,40 @@ REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals,
 
 }  // namespace detail
 }  // namespace replayssm
+
+namespace replayssm {
+namespace detail {
+
+/// Copies rows [0, n) of a `[rows][W]` matrix of T in global memory (row j at `src + j * stride`,
+/// 16-byte aligned) into `dst[j][0..W)` as floats. All loads are issued before the first store,
+/// so a block pays one memory latency for the whole buffer, not one per row. Call from all
+/// threads; n <= S.
+template <int S, int W, int NT, class T>
+REPLAYSSM_DEVICE void stage_rows(float (*dst)[W], const T* src, int64_t stride, int n) {
+  constexpr int vec = 16 / sizeof(T);
+  static_assert(W % vec == 0, "stage_rows: a buffered row must be a whole number of 16-byte chunks");
+  constexpr int chunks_per_row = W / vec;
+  constexpr int iters = (S * chunks_per_row + NT - 1) / NT;
+  const int chunks = n * chunks_per_row;
+  uint4 v[iters];
+#pragma unroll
+  for (int it = 0; it < iters; ++it) {
+    const int c = threadIdx.x + it * NT;
+    if (c < chunks)
+      v[it] = __ldg(reinterpret_cast<const uint4*>(src + (c / chunks_per_row) * stride +
+                                                   (c % chunks_per_row) * vec));
+  }
+#pragma unroll
+  for (int it = 0; it < iters; ++it) {
+    const int c = threadIdx.x + it * NT;
+    if (c < chunks) {
+      const T* e = reinterpret_cast<const T*>(&v[it]);
+      float* d = &dst[c / chunks_per_row][(c % chunks_per_row) * vec];
+#pragma unroll
+      for (int k = 0; k < vec; ++k) d[k] = to_float(e[k]);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace replayssm
