@@ -247,7 +247,18 @@ __global__ void copy_kernel(const float4* __restrict__ src, float4* __restrict__
     __stcs(dst + i, __ldcs(src + i));
 }
 
-// The copy ceiling, two ways: cudaMemcpyAsync (state.range(0) == 0) and a float4 copy kernel.
+__global__ void read_kernel(const float4* __restrict__ src, size_t n, float* sink) {
+  float acc = 0.f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float4 v = __ldcs(src + i);
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 12345.f) *sink = acc;  // keeps the loads alive
+}
+
+// The bandwidth ceilings: cudaMemcpyAsync (range(0) == 0), a float4 copy kernel (1), both
+// counted read + write, and a read-only float4 kernel (2), counted read.
 void bm_copy(benchmark::State& state) {
   const size_t bytes = size_t(2) << 30;
   dev_array<char> a(bytes), b(bytes);
@@ -255,9 +266,13 @@ void bm_copy(benchmark::State& state) {
   cudaStream_t stream;
   RBENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   rbench::event_timer timer(stream);
-  const bool kernel = state.range(0) == 1;
+  const int how = int(state.range(0));
   auto copy = [&] {
-    if (kernel) {
+    if (how == 2) {
+      read_kernel<<<132 * 16, 256, 0, stream>>>(reinterpret_cast<const float4*>(a.ptr), bytes / 16,
+                                                reinterpret_cast<float*>(b.ptr));
+      RBENCH_CHECK(cudaGetLastError());
+    } else if (how == 1) {
       copy_kernel<<<132 * 16, 256, 0, stream>>>(reinterpret_cast<const float4*>(a.ptr),
                                                 reinterpret_cast<float4*>(b.ptr), bytes / 16);
       RBENCH_CHECK(cudaGetLastError());
@@ -271,7 +286,7 @@ void bm_copy(benchmark::State& state) {
     copy();
     state.SetIterationTime(timer.end());
   }
-  state.SetBytesProcessed(int64_t(2.0 * bytes * state.iterations()));  // read + write
+  state.SetBytesProcessed(int64_t((how == 2 ? 1.0 : 2.0) * bytes * state.iterations()));
   RBENCH_CHECK(cudaStreamDestroy(stream));
 }
 
@@ -280,12 +295,17 @@ using m2pol = replay_policy<rules::mamba2<64, 128, T>, K, K>;
 template <int K>
 using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, K, K>;
 
+template <int K, int Tile, int Threads>
+using m2var = replay_policy<rules::mamba2<64, 128, T>, K, K, precision::fp32, Tile, Threads>;
+template <int K, int Tile, int Threads>
+using gdnvar = replay_policy<rules::gated_deltanet<128, 128, T>, K, K, precision::fp32, Tile, Threads>;
+
 const std::vector<int64_t> kBatches{1, 8, 64, 256, 512};
 const mode kModes[] = {mode::eager, mode::replay, mode::commit, mode::window};
 
 void register_all() {
   rbench::add_device_context();
-  benchmark::RegisterBenchmark("copy/d2d_2GiB", bm_copy)->ArgName("kernel")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("copy/d2d_2GiB", bm_copy)->ArgName("kind")->Arg(0)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMicrosecond);
   // Decode at K = 16 for the model shapes: {heads, groups, batch, mode}.
   // Names: <rule>/<shape>/K16/<mode>/batch:<b>.
   for (auto hg : std::vector<std::pair<int, int>>{{128, 8}, {80, 1}})
@@ -310,6 +330,21 @@ void register_all() {
         ->ArgNames({"H", "G", "batch", "mode"})
         ->UseManualTime()->Unit(benchmark::kMicrosecond);
   };
+  // Tile/thread variants at batch 256 (tuning record; names: tile<rows or cols>_t<threads>).
+  auto variant = [](std::string name, auto fn, int h, int g) {
+    for (mode m : {mode::eager, mode::replay, mode::commit})
+      benchmark::RegisterBenchmark((name + "/" + mode_name(m)).c_str(), fn)
+          ->Args({h, g, 256, int64_t(m)})
+          ->ArgNames({"H", "G", "batch", "mode"})
+          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  };
+  variant("variant/mamba2/tile64_t128", bm_mamba2<m2var<16, 64, 128>>, 128, 8);
+  variant("variant/mamba2/tile32_t128", bm_mamba2<m2var<16, 32, 128>>, 128, 8);
+  variant("variant/mamba2/tile64_t256", bm_mamba2<m2var<16, 64, 256>>, 128, 8);
+  variant("variant/gdn/tile64_t128", bm_gdn<gdnvar<16, 64, 128>>, 64, 16);
+  variant("variant/gdn/tile32_t128", bm_gdn<gdnvar<16, 32, 128>>, 64, 16);
+  variant("variant/gdn/tile128_t128", bm_gdn<gdnvar<16, 128, 128>>, 64, 16);
+  variant("variant/gdn/tile64_t256", bm_gdn<gdnvar<16, 64, 256>>, 64, 16);
   sweep("sweep/mamba2/K1", bm_mamba2<m2pol<1>>, 128, 8);
   sweep("sweep/mamba2/K2", bm_mamba2<m2pol<2>>, 128, 8);
   sweep("sweep/mamba2/K4", bm_mamba2<m2pol<4>>, 128, 8);

@@ -31,6 +31,7 @@ struct mamba2 {
   static constexpr int dstate = DState;    ///< N
   using input_type = Input;                ///< type of step inputs and outputs
   static constexpr int default_tile = HeadDim < 64 ? HeadDim : 64;  ///< rows of P per block
+  static constexpr int default_threads = 256;  ///< measured best on H200 (bench/NOTES.md)
   static_assert(DState == 16 || DState == 32 || DState == 64 || DState == 128,
                 "mamba2: DState must be 16, 32, 64 or 128 (one warp covers a state row).");
   static_assert(HeadDim > 0 && HeadDim % 4 == 0, "mamba2: HeadDim must be a positive multiple of 4.");
@@ -47,7 +48,8 @@ struct gated_deltanet {
   static constexpr int head_v_dim = VDim;  ///< V
   using input_type = Input;                ///< type of q, k, v and the output
   static constexpr state_layout layout = Layout;  ///< storage order of the state
-  static constexpr int default_tile = VDim < 64 ? VDim : 64;  ///< V columns per block
+  static constexpr int default_tile = VDim < 128 ? VDim : 128;  ///< V columns per block
+  static constexpr int default_threads = 128;  ///< measured best on H200 (bench/NOTES.md)
   static_assert(KDim == 16 || KDim == 32 || KDim == 64 || KDim == 128,
                 "gated_deltanet: KDim must be 16, 32, 64 or 128.");
   static_assert(VDim > 0 && VDim % 4 == 0, "gated_deltanet: VDim must be a positive multiple of 4.");
@@ -79,7 +81,7 @@ struct fp32 {
 /// using layer_policy = replayssm::replay_policy<replayssm::rules::mamba2<64, 128>, 16, 16>;
 /// @endcode
 template <class Rule, int BufferLen, int CommitInterval, class Precision = precision::fp32,
-          int Tile = Rule::default_tile, int BlockThreads = 128>
+          int Tile = Rule::default_tile, int BlockThreads = Rule::default_threads>
 struct replay_policy {
   using rule = Rule;                                   ///< the recurrence
   using input_type = typename Rule::input_type;        ///< type of step inputs and outputs
@@ -103,7 +105,7 @@ struct replay_policy {
 };
 
 /// @brief Policy of the eager step (K = 1, no buffer) for a rule: the baseline kernels use it.
-template <class Rule, int Tile = Rule::default_tile, int BlockThreads = 128>
+template <class Rule, int Tile = Rule::default_tile, int BlockThreads = Rule::default_threads>
 using eager_policy = replay_policy<Rule, 1, 1, precision::fp32, Tile, BlockThreads>;
 
 }  // namespace replayssm

@@ -178,13 +178,14 @@ struct reduce_major_tile {
 };
 
 /// Marks one more block of a slot as done with this launch; the last one writes the slot's new
-/// cursor and rearms the counter. Every block of the slot reads the cursor before it arrives, so
-/// no block can see the new value in the same launch. Call from all threads.
+/// cursor and rearms the counter. Every block of the slot has consumed its read of the cursor
+/// (the barrier orders all its threads' uses before the arrival), so no block can see the new
+/// value in the same launch. No fence is needed: nothing else this launch writes is read by
+/// another block of the same launch. Call from all threads.
 REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals, int64_t slot,
                                             uint32_t blocks_per_slot, int32_t new_cursor) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
     const uint32_t prev = atomicAdd(arrivals + slot, 1u);
     if (prev == blocks_per_slot - 1) {
       arrivals[slot] = 0u;

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Turns a bench_decode JSON (Google Benchmark) into the results the README shows.
+
+    python3 bench/plot.py bench/results/decode.json [--out-dir bench/results]
+
+Writes <out-dir>/decode_summary.md (per-shape tables: time per step, ratio to our eager step,
+fraction of the measured copy / read bandwidth) and <out-dir>/commit_interval_sweep.png
+(per-step time vs commit interval K at batch 256, with the eager line).
+"""
+import argparse
+import json
+import os
+import re
+from collections import defaultdict
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    rows = {}
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        name = re.sub(r"/manual_time.*$", "", b["run_name"] if "run_name" in b else b["name"])
+        rows[name] = b
+    return data.get("context", {}), rows
+
+
+def us(b):
+    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "us")]
+    return b["real_time"] * scale
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("json")
+    ap.add_argument("--out-dir", default=os.path.dirname(os.path.abspath(__file__)) + "/results")
+    args = ap.parse_args()
+    ctx, rows = load(args.json)
+    os.makedirs(args.out_dir, exist_ok=True)
+
+    copy = max((b["bytes_per_second"] for n, b in rows.items() if n.startswith("copy/") and
+                not n.endswith("kind:2")), default=float("nan"))
+    read = next((b["bytes_per_second"] for n, b in rows.items() if n.endswith("kind:2")), float("nan"))
+
+    # decode tables: name = <rule>/<shape>/K16/<mode>/<args>
+    table = defaultdict(dict)
+    for n, b in rows.items():
+        m = re.match(r"^(mamba2|gdn)/([^/]+)/K(\d+)/([a-z_]+)/.*batch:(\d+)", n)
+        if m:
+            table[(m.group(1), m.group(2))][(m.group(4), int(m.group(5)))] = b
+    lines = [f"# Decode benchmark summary\n",
+             f"Device: {ctx.get('device', '?')}, date {ctx.get('date', '?')}. "
+             f"Copy ceiling measured in the same run: {copy / 1e12:.2f} TB/s (read + write); "
+             f"read-only: {read / 1e12:.2f} TB/s. Times are medians per decode step; "
+             f"'x eager' is our eager step's time over this kernel's; '% copy' is the kernel's "
+             f"counted bytes/s over the copy ceiling.\n"]
+    for (rule, shape), cases in sorted(table.items()):
+        lines.append(f"\n## {rule} {shape}, fp32 state, bf16 inputs, K = 16\n")
+        lines.append("| batch | eager us | eager % copy | replay step us | replay % copy | commit step us "
+                     "| window avg us | window x eager |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for batch in sorted({k[1] for k in cases}):
+            e, r, c, w = (cases.get((mname, batch)) for mname in
+                          ("eager", "replay_step", "commit_step", "replay_window_avg"))
+            if not (e and r and c and w):
+                continue
+            lines.append(f"| {batch} | {us(e):.1f} | {100 * e['bytes_per_second'] / copy:.0f}% | "
+                         f"{us(r):.1f} | {100 * r['bytes_per_second'] / copy:.0f}% | {us(c):.1f} | "
+                         f"{us(w):.1f} | {us(e) / us(w):.2f}x |")
+
+    sweep = defaultdict(dict)
+    for n, b in rows.items():
+        m = re.match(r"^sweep/(mamba2|gdn)/K(\d+)", n)
+        if m:
+            sweep[m.group(1)][int(m.group(2))] = b
+    if sweep:
+        lines.append("\n## Commit-interval sweep, batch 256 (staggered window average)\n")
+        lines.append("| rule | K | us per step | MB per step | x eager |")
+        lines.append("|---|---|---|---|---|")
+    eager_line = {}
+    for rule, ks in sorted(sweep.items()):
+        shape = "H128_G8" if rule == "mamba2" else "Hv64_Hk16"
+        e = table.get((rule, shape), {}).get(("eager", 256))
+        eager_line[rule] = us(e) if e else None
+        for k, b in sorted(ks.items()):
+            ratio = f"{eager_line[rule] / us(b):.2f}x" if eager_line[rule] else "?"
+            lines.append(f"| {rule} | {k} | {us(b):.1f} | {b['bytes_per_step'] / 1e6:.0f} | {ratio} |")
+    with open(os.path.join(args.out_dir, "decode_summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: wrote the summary, skipped the plot")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels = {"mamba2": "Mamba-2 H128 P64 N128 G8", "gdn": "Gated DeltaNet Hv64 Hk16 K=V=128"}
+    for rule, ks in sorted(sweep.items()):
+        xs = sorted(ks)
+        line, = ax.plot(xs, [us(ks[k]) for k in xs], marker="o", label=f"replay, {labels[rule]}")
+        if eager_line.get(rule):
+            ax.axhline(eager_line[rule], ls="--", color=line.get_color(), label=f"eager, {labels[rule]}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("commit interval K (steps)")
+    ax.set_ylabel("time per decode step (us), batch 256")
+    ax.set_title(f"ReplaySSM per-step time vs K ({ctx.get('device', '?')})")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out_dir, "commit_interval_sweep.png"), dpi=120)
+    print("wrote", args.out_dir)
+
+
+if __name__ == "__main__":
+    main()
