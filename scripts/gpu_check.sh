@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the GPU test suite, compute-sanitizer and the benchmarks on a machine with a GPU, from
 # binaries built elsewhere (BIN, default build) when that machine cannot build them itself:
-#   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|bench|all]...
+#   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|examples|bench|all]...
 # Test cases run as parallel processes (JOBS, default 8): the float64 reference is the slow part.
 # Logs and the benchmark JSON go to $OUT.
 set -uo pipefail
@@ -55,6 +55,13 @@ for what in "${@:-all}"; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 || rc=1
       grep -E "ERROR SUMMARY" "$OUT/sanitizer_$tool.log" | sort | uniq -c
       echo "$tool wall ${SECONDS}s"
+    done
+  fi
+  if [[ $what == examples || $what == all ]]; then
+    for demo in quickstart_mamba2 quickstart_gdn; do
+      exe="$BIN/$demo"; [[ -x "$exe" ]] || exe="$BIN/examples/$demo"
+      echo "== $demo"; "$exe" 2>&1 | tee "$OUT/$demo.log" | tail -n 3 || rc=1
+      [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
     done
   fi
   if [[ $what == bench || $what == all ]]; then
