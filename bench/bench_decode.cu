@@ -295,10 +295,16 @@ using m2pol = replay_policy<rules::mamba2<64, 128, T>, K, K>;
 template <int K>
 using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, K, K>;
 
-template <int K, int Tile, int Threads>
-using m2var = replay_policy<rules::mamba2<64, 128, T>, K, K, precision::fp32, Tile, Threads>;
-template <int K, int Tile, int Threads>
-using gdnvar = replay_policy<rules::gated_deltanet<128, 128, T>, K, K, precision::fp32, Tile, Threads>;
+template <int K, int Tile, int Threads, int Stages = 0>
+using m2var = replay_policy<rules::mamba2<64, 128, T>, K, K, precision::fp32, Tile, Threads, Stages>;
+template <int K, int Tile, int Threads, int Stages = 0>
+using gdnvar =
+    replay_policy<rules::gated_deltanet<128, 128, T>, K, K, precision::fp32, Tile, Threads, Stages>;
+// The pipelined (persistent, cp.async) configuration measured beside the defaults.
+template <int K>
+using m2pipe = m2var<K, 64, 256, 3>;
+template <int K>
+using gdnpipe = gdnvar<K, 64, 128, 3>;
 
 const std::vector<int64_t> kBatches{1, 8, 64, 256, 512};
 const mode kModes[] = {mode::eager, mode::replay, mode::commit, mode::window};
@@ -307,22 +313,28 @@ void register_all() {
   rbench::add_device_context();
   benchmark::RegisterBenchmark("copy/d2d_2GiB", bm_copy)->ArgName("kind")->Arg(0)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMicrosecond);
   // Decode at K = 16 for the model shapes: {heads, groups, batch, mode}.
-  // Names: <rule>/<shape>/K16/<mode>/batch:<b>.
-  for (auto hg : std::vector<std::pair<int, int>>{{128, 8}, {80, 1}})
-    for (mode m : kModes)
-      benchmark::RegisterBenchmark(("mamba2/H" + std::to_string(hg.first) + "_G" +
-                                    std::to_string(hg.second) + "/K16/" + mode_name(m)).c_str(),
-                                   bm_mamba2<m2pol<16>>)
-          ->ArgsProduct({{hg.first}, {hg.second}, kBatches, {int64_t(m)}})
-          ->ArgNames({"H", "G", "batch", "mode"})
-          ->UseManualTime()->Unit(benchmark::kMicrosecond);
-  for (auto hv : std::vector<int>{64, 32})
-    for (mode m : kModes)
-      benchmark::RegisterBenchmark(("gdn/Hv" + std::to_string(hv) + "_Hk16/K16/" + mode_name(m)).c_str(),
-                                   bm_gdn<gdnpol<16>>)
-          ->ArgsProduct({{hv}, {16}, kBatches, {int64_t(m)}})
-          ->ArgNames({"Hv", "Hk", "batch", "mode"})
-          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  // Names: <rule>[_pipe]/<shape>/K16/<mode>/batch:<b>.
+  auto suite = [](const std::string& rule, auto m2fn, auto gdnfn) {
+    for (auto hg : std::vector<std::pair<int, int>>{{128, 8}, {80, 1}})
+      for (mode m : kModes)
+        benchmark::RegisterBenchmark(("mamba2" + rule + "/H" +
+                                      std::to_string(hg.first) + "_G" + std::to_string(hg.second) +
+                                      "/K16/" + mode_name(m)).c_str(),
+                                     m2fn)
+            ->ArgsProduct({{hg.first}, {hg.second}, kBatches, {int64_t(m)}})
+            ->ArgNames({"H", "G", "batch", "mode"})
+            ->UseManualTime()->Unit(benchmark::kMicrosecond);
+    for (auto hv : std::vector<int>{64, 32})
+      for (mode m : kModes)
+        benchmark::RegisterBenchmark(("gdn" + rule + "/Hv" + std::to_string(hv) + "_Hk16/K16/" +
+                                      mode_name(m)).c_str(),
+                                     gdnfn)
+            ->ArgsProduct({{hv}, {16}, kBatches, {int64_t(m)}})
+            ->ArgNames({"Hv", "Hk", "batch", "mode"})
+            ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  };
+  suite("", bm_mamba2<m2pol<16>>, bm_gdn<gdnpol<16>>);
+  suite("_pipe", bm_mamba2<m2pipe<16>>, bm_gdn<gdnpipe<16>>);
   // Commit-interval sweep at batch 256 (the staggered window average, plus eager once).
   auto sweep = [](const char* name, auto fn, int h, int g) {
     benchmark::RegisterBenchmark(name, fn)
@@ -345,6 +357,12 @@ void register_all() {
   variant("variant/gdn/tile32_t128", bm_gdn<gdnvar<16, 32, 128>>, 64, 16);
   variant("variant/gdn/tile128_t128", bm_gdn<gdnvar<16, 128, 128>>, 64, 16);
   variant("variant/gdn/tile64_t256", bm_gdn<gdnvar<16, 64, 256>>, 64, 16);
+  variant("variant/mamba2/tile64_t256_z2", bm_mamba2<m2var<16, 64, 256, 2>>, 128, 8);
+  variant("variant/mamba2/tile64_t128_z3", bm_mamba2<m2var<16, 64, 128, 3>>, 128, 8);
+  variant("variant/mamba2/tile64_t256_z4", bm_mamba2<m2var<16, 64, 256, 4>>, 128, 8);
+  variant("variant/gdn/tile128_t128_z2", bm_gdn<gdnvar<16, 128, 128, 2>>, 64, 16);
+  variant("variant/gdn/tile64_t256_z3", bm_gdn<gdnvar<16, 64, 256, 3>>, 64, 16);
+  variant("variant/gdn/tile32_t128_z4", bm_gdn<gdnvar<16, 32, 128, 4>>, 64, 16);
   sweep("sweep/mamba2/K1", bm_mamba2<m2pol<1>>, 128, 8);
   sweep("sweep/mamba2/K2", bm_mamba2<m2pol<2>>, 128, 8);
   sweep("sweep/mamba2/K4", bm_mamba2<m2pol<4>>, 128, 8);
@@ -357,6 +375,14 @@ void register_all() {
   sweep("sweep/gdn/K8", bm_gdn<gdnpol<8>>, 64, 16);
   sweep("sweep/gdn/K16", bm_gdn<gdnpol<16>>, 64, 16);
   sweep("sweep/gdn/K32", bm_gdn<gdnpol<32>>, 64, 16);
+  for (auto [name, fn] : {std::pair{"sweep_pipe/mamba2/K4", &bm_mamba2<m2pipe<4>>},
+                          std::pair{"sweep_pipe/mamba2/K8", &bm_mamba2<m2pipe<8>>},
+                          std::pair{"sweep_pipe/mamba2/K16", &bm_mamba2<m2pipe<16>>}})
+    sweep(name, fn, 128, 8);
+  for (auto [name, fn] : {std::pair{"sweep_pipe/gdn/K4", &bm_gdn<gdnpipe<4>>},
+                          std::pair{"sweep_pipe/gdn/K8", &bm_gdn<gdnpipe<8>>},
+                          std::pair{"sweep_pipe/gdn/K16", &bm_gdn<gdnpipe<16>>}})
+    sweep(name, fn, 64, 16);
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ def main():
     # decode tables: name = <rule>/<shape>/K16/<mode>/<args>
     table = defaultdict(dict)
     for n, b in rows.items():
-        m = re.match(r"^(mamba2|gdn)/([^/]+)/K(\d+)/([a-z_]+)/.*batch:(\d+)", n)
+        m = re.match(r"^(mamba2|gdn|mamba2_pipe|gdn_pipe)/([^/]+)/K(\d+)/([a-z_]+)/.*batch:(\d+)", n)
         if m:
             table[(m.group(1), m.group(2))][(m.group(4), int(m.group(5)))] = b
     lines = [f"# Decode benchmark summary\n",
@@ -71,17 +71,17 @@ def main():
 
     sweep = defaultdict(dict)
     for n, b in rows.items():
-        m = re.match(r"^sweep/(mamba2|gdn)/K(\d+)", n)
+        m = re.match(r"^sweep(_pipe)?/(mamba2|gdn)/K(\d+)", n)
         if m:
-            sweep[m.group(1)][int(m.group(2))] = b
+            sweep[m.group(2) + (m.group(1) or "")][int(m.group(3))] = b
     if sweep:
         lines.append("\n## Commit-interval sweep, batch 256 (staggered window average)\n")
         lines.append("| rule | K | us per step | MB per step | x eager |")
         lines.append("|---|---|---|---|---|")
     eager_line = {}
     for rule, ks in sorted(sweep.items()):
-        shape = "H128_G8" if rule == "mamba2" else "Hv64_Hk16"
-        e = table.get((rule, shape), {}).get(("eager", 256))
+        shape = "H128_G8" if rule.startswith("mamba2") else "Hv64_Hk16"
+        e = table.get((rule.replace("_pipe", ""), shape), {}).get(("eager", 256))
         eager_line[rule] = us(e) if e else None
         for k, b in sorted(ks.items()):
             ratio = f"{eager_line[rule] / us(b):.2f}x" if eager_line[rule] else "?"
@@ -97,11 +97,12 @@ def main():
         print("matplotlib not installed: wrote the summary, skipped the plot")
         return
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    labels = {"mamba2": "Mamba-2 H128 P64 N128 G8", "gdn": "Gated DeltaNet Hv64 Hk16 K=V=128"}
+    labels = {"mamba2": "Mamba-2 H128 P64 N128 G8", "gdn": "Gated DeltaNet Hv64 Hk16 K=V=128",
+              "mamba2_pipe": "Mamba-2, pipelined", "gdn_pipe": "Gated DeltaNet, pipelined"}
     for rule, ks in sorted(sweep.items()):
         xs = sorted(ks)
         line, = ax.plot(xs, [us(ks[k]) for k in xs], marker="o", label=f"replay, {labels[rule]}")
-        if eager_line.get(rule):
+        if eager_line.get(rule) and not rule.endswith("_pipe"):
             ax.axhline(eager_line[rule], ls="--", color=line.get_color(), label=f"eager, {labels[rule]}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("commit interval K (steps)")

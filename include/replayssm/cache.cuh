@@ -42,7 +42,9 @@ struct batch_ref {
 ///
 /// `cursor[slot]` counts the steps buffered since the slot's checkpoint (0 after a commit or a
 /// load). `arrivals` is scratch the kernels use to advance the cursor once per launch; allocate
-/// it zeroed once, it rearms itself.
+/// it zeroed once, it rearms itself. Initialise a slot's cursor with @ref load_state (or zero it
+/// with its checkpoint) before its first decode step: kernels clamp an out-of-range cursor so that
+/// no access leaves the slot's buffer, but that slot's results are then meaningless.
 struct cursor_ref {
   int32_t* cursor = nullptr;     ///< device array `[num_slots]`
   uint32_t* arrivals = nullptr;  ///< device array `[num_slots]`, zero-initialised once

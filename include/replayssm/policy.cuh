@@ -32,6 +32,7 @@ struct mamba2 {
   using input_type = Input;                ///< type of step inputs and outputs
   static constexpr int default_tile = HeadDim < 64 ? HeadDim : 64;  ///< rows of P per block
   static constexpr int default_threads = 256;  ///< measured best on H200 (bench/NOTES.md)
+  static constexpr int default_stages = 0;     ///< 0: one work item per block (see replay_policy)
   static_assert(DState == 16 || DState == 32 || DState == 64 || DState == 128,
                 "mamba2: DState must be 16, 32, 64 or 128 (one warp covers a state row).");
   static_assert(HeadDim > 0 && HeadDim % 4 == 0, "mamba2: HeadDim must be a positive multiple of 4.");
@@ -50,6 +51,7 @@ struct gated_deltanet {
   static constexpr state_layout layout = Layout;  ///< storage order of the state
   static constexpr int default_tile = VDim < 128 ? VDim : 128;  ///< V columns per block
   static constexpr int default_threads = 128;  ///< measured best on H200 (bench/NOTES.md)
+  static constexpr int default_stages = 0;     ///< 0: one work item per block (see replay_policy)
   static_assert(KDim == 16 || KDim == 32 || KDim == 64 || KDim == 128,
                 "gated_deltanet: KDim must be 16, 32, 64 or 128.");
   static_assert(VDim > 0 && VDim % 4 == 0, "gated_deltanet: VDim must be a positive multiple of 4.");
@@ -76,12 +78,16 @@ struct fp32 {
 /// @tparam Precision the precision pair (only `precision::fp32` for now).
 /// @tparam Tile rows of P (Mamba-2) or columns of V (Gated DeltaNet) handled by one block.
 /// @tparam BlockThreads threads per block (a multiple of 32).
+/// @tparam PipelineStages 0: eager and decode launch one block per work item; >= 2: persistent
+///         blocks that keep the state tiles of the next `PipelineStages - 1` items in flight
+///         (cp.async into shared memory, PipelineStages state tiles per block).
 ///
 /// @code
 /// using layer_policy = replayssm::replay_policy<replayssm::rules::mamba2<64, 128>, 16, 16>;
 /// @endcode
 template <class Rule, int BufferLen, int CommitInterval, class Precision = precision::fp32,
-          int Tile = Rule::default_tile, int BlockThreads = Rule::default_threads>
+          int Tile = Rule::default_tile, int BlockThreads = Rule::default_threads,
+          int PipelineStages = Rule::default_stages>
 struct replay_policy {
   using rule = Rule;                                   ///< the recurrence
   using input_type = typename Rule::input_type;        ///< type of step inputs and outputs
@@ -91,6 +97,7 @@ struct replay_policy {
   static constexpr int commit_interval = CommitInterval;  ///< K
   static constexpr int tile = Tile;                    ///< rows of P / columns of V per block
   static constexpr int block_threads = BlockThreads;   ///< threads per block
+  static constexpr int pipeline_stages = PipelineStages;  ///< 0, or state tiles in flight per block
 
   static_assert(CommitInterval >= 1, "replay_policy: the commit interval K must be at least 1.");
   static_assert(CommitInterval <= BufferLen,
@@ -100,12 +107,15 @@ struct replay_policy {
                                  "staging lives in shared memory).");
   static_assert(BlockThreads % 32 == 0 && BlockThreads >= 32 && BlockThreads <= 512,
                 "replay_policy: BlockThreads must be a multiple of 32 between 32 and 512.");
+  static_assert(PipelineStages == 0 || (PipelineStages >= 2 && PipelineStages <= 4),
+                "replay_policy: PipelineStages must be 0 (no pipeline) or 2 to 4.");
   static_assert(std::is_same<master_type, float>::value,
                 "replay_policy: only fp32 checkpoints are implemented so far.");
 };
 
 /// @brief Policy of the eager step (K = 1, no buffer) for a rule: the baseline kernels use it.
-template <class Rule, int Tile = Rule::default_tile, int BlockThreads = Rule::default_threads>
-using eager_policy = replay_policy<Rule, 1, 1, precision::fp32, Tile, BlockThreads>;
+template <class Rule, int Tile = Rule::default_tile, int BlockThreads = Rule::default_threads,
+          int PipelineStages = Rule::default_stages>
+using eager_policy = replay_policy<Rule, 1, 1, precision::fp32, Tile, BlockThreads, PipelineStages>;
 
 }  // namespace replayssm

@@ -192,13 +192,16 @@ using gdn_kv_f32_L32_K16 = replay_policy<gkv, 32, 16>;
 using gdn_vk_f32_L16_K16 = replay_policy<gvk, 16, 16>;
 using gdn_vk_f32_L32_K8 = replay_policy<gvk, 32, 8>;
 using gdn_kv_bf16_L32_K16 = replay_policy<gkvb, 32, 16>;
+// The persistent, pipelined kernels (PipelineStages >= 2).
+using gdn_kv_f32_L16_K16_pipe3 = replay_policy<gkv, 16, 16, precision::fp32, 64, 128, 3>;
+using gdn_vk_f32_L16_K8_pipe2 = replay_policy<gvk, 16, 8, precision::fp32, 128, 128, 2>;
 
 }  // namespace
 
 TEMPLATE_TEST_CASE("gated deltanet replay equals eager and the float64 reference over 2048 steps",
                    "[gpu][gdn][replay]", gdn_kv_f32_L8_K1, gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K8,
                    gdn_kv_f32_L16_K16, gdn_kv_f32_L32_K16, gdn_vk_f32_L16_K16, gdn_vk_f32_L32_K8,
-                   gdn_kv_bf16_L32_K16) {
+                   gdn_kv_bf16_L32_K16, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);

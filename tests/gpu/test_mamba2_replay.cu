@@ -183,12 +183,16 @@ using mamba2_f32_L16_K8 = replay_policy<m2f, 16, 8>;
 using mamba2_f32_L16_K16 = replay_policy<m2f, 16, 16>;
 using mamba2_f32_L32_K16 = replay_policy<m2f, 32, 16>;
 using mamba2_bf16_L32_K16 = replay_policy<m2b, 32, 16>;
+// The persistent, pipelined kernels (PipelineStages >= 2).
+using mamba2_f32_L16_K16_pipe3 = replay_policy<m2f, 16, 16, precision::fp32, 64, 256, 3>;
+using mamba2_bf16_L8_K4_pipe2 = replay_policy<m2b, 8, 4, precision::fp32, 32, 128, 2>;
 
 }  // namespace
 
 TEMPLATE_TEST_CASE("mamba2 replay equals eager and the float64 reference over 2048 steps",
                    "[gpu][mamba2][replay]", mamba2_f32_L8_K1, mamba2_f32_L8_K4, mamba2_f32_L16_K8,
-                   mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L32_K16) {
+                   mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L32_K16,
+                   mamba2_f32_L16_K16_pipe3, mamba2_bf16_L8_K4_pipe2) {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);

@@ -56,31 +56,44 @@ struct gdn_agent {
 
   static REPLAYSSM_DEVICE int64_t buf_step(int64_t slot, int j) { return slot * L + j; }
 
-  REPLAYSSM_DEVICE float* tile_base(float* head, int64_t row_stride, int v0) const {
+  static REPLAYSSM_DEVICE float* tile_base(float* head, int64_t row_stride, int v0) {
     return kv ? head + v0 : head + v0 * row_stride;
   }
+  static REPLAYSSM_DEVICE int64_t slot_of(const params_t& p, int b) {
+    return p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
+  }
+  /// Element (0, v0) of value head hv's state in the given slot.
+  static REPLAYSSM_DEVICE float* tile_ptr(const params_t& p, int64_t slot, int hv, int t) {
+    return tile_base(p.state.data + slot * p.state.slot_stride + hv * p.state.head_stride,
+                     p.state.row_stride, t * VT);
+  }
 
+  /// Work item (b, hv, t): row b, value head hv, column tile t, loading the state tile itself.
   REPLAYSSM_DEVICE void run(const params_t& p, int b, int hv, int t, const state_pool_ref& other) {
-    const int64_t slot = p.rows.slot_idx ? p.rows.slot_idx[b] : b;
+    const int64_t slot = slot_of(p, b);
     if (slot == p.rows.null_slot) return;
+    tile_t tile;
+    if (Op == op::load) {
+      tile.load(tile_base(other.data + b * other.slot_stride + hv * other.head_stride,
+                          other.row_stride, t * VT),
+                other.row_stride);
+      tile.store(tile_ptr(p, slot, hv, t), p.state.row_stride);
+      if (hv == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
+      return;
+    }
+    tile.load(tile_ptr(p, slot, hv, t), p.state.row_stride);
+    process(p, b, hv, t, slot, tile, other);
+  }
+
+  /// The rest of work item (b, hv, t) once its state tile is in registers (or requested).
+  /// Requested first: the current step; then the buffer rows in one wave.
+  REPLAYSSM_DEVICE void process(const params_t& p, int b, int hv, int t, int64_t slot, tile_t& tile,
+                                const state_pool_ref& other) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
     const uint32_t blocks_per_slot = uint32_t(Hv) * (VD / VT);
-    float* ckpt = tile_base(p.state.data + slot * p.state.slot_stride + hv * p.state.head_stride,
-                            p.state.row_stride, v0);
-
-    tile_t tile;
-    if (Op == op::load) {
-      tile.load(tile_base(other.data + b * other.slot_stride + hv * other.head_stride,
-                          other.row_stride, v0),
-                other.row_stride);
-      tile.store(ckpt, p.state.row_stride);
-      if (hv == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
-      return;
-    }
-    // Requested first: the state tile and the current step; then the buffer rows in one wave.
-    tile.load(ckpt, p.state.row_stride);
+    float* ckpt = tile_ptr(p, slot, hv, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float q_cur = 0.f, k_cur = 0.f, v_cur = 0.f, g_cur = 0.f, beta_cur = 0.f;
     if (has_current) {
@@ -93,7 +106,7 @@ struct gdn_agent {
       g_cur = p.in.g[b * p.in.g_batch_stride + hv];
       beta_cur = p.in.beta[b * p.in.beta_batch_stride + hv];
     }
-    const int n = (Op == op::eager) ? 0 : p.cursors.cursor[slot];
+    const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
@@ -223,6 +236,49 @@ REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
   __shared__ typename agent_t::shared_storage smem;
   constexpr int tiles = Policy::rule::head_v_dim / Policy::tile;
   agent_t{smem}.run(p, blockIdx.y, blockIdx.x / tiles, blockIdx.x % tiles, other);
+}
+
+/// Persistent, pipelined entry for eager and decode (see mamba2_pipelined_kernel).
+template <class Policy, op Op>
+REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
+    gdn_pipelined_kernel(const gdn_params<Policy> p, const state_pool_ref other) {
+  using agent_t = gdn_agent<Policy, Op>;
+  using tile_t = typename agent_t::tile_t;
+  constexpr int Z = Policy::pipeline_stages;
+  constexpr int NT = Policy::block_threads;
+  constexpr int tiles = Policy::rule::head_v_dim / Policy::tile;
+  static_assert(Z >= 2, "pipelined kernels need at least 2 stages");
+  __shared__ typename agent_t::shared_storage smem;
+  extern __shared__ float4 stages[];  // [Z][frags][NT]
+  const int per_row = p.num_v_heads * tiles;
+  const int items = p.rows.batch * per_row;
+  auto issue = [&](int item, int stage) {
+    if (item < items) {
+      const int b = item / per_row, hv = (item % per_row) / tiles, t = item % tiles;
+      const int64_t slot = agent_t::slot_of(p, b);
+      if (slot != p.rows.null_slot)
+        tile_load_async<tile_t, NT>(stages + stage * tile_t::frags * NT,
+                                    agent_t::tile_ptr(p, slot, hv, t), p.state.row_stride);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int k = 0; k < Z - 1; ++k) issue(blockIdx.x + k * gridDim.x, k);
+  int stage = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    issue(item + (Z - 1) * gridDim.x, (stage + Z - 1) % Z);
+    cp_async_wait<Z - 1>();
+    const int b = item / per_row, hv = (item % per_row) / tiles, t = item % tiles;
+    const int64_t slot = agent_t::slot_of(p, b);
+    if (slot != p.rows.null_slot) {
+      tile_t tile;
+      tile_load_from<tile_t, NT>(tile, stages + stage * tile_t::frags * NT);
+      agent_t{smem}.process(p, b, hv, t, slot, tile, other);
+    }
+    __syncthreads();
+    stage = (stage + 1) % Z;
+  }
+  cp_async_wait<0>();
 }
 
 }  // namespace detail

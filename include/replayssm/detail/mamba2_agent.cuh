@@ -41,27 +41,42 @@ struct mamba2_agent {
 
   static REPLAYSSM_DEVICE int64_t buf_step(int64_t slot, int j) { return slot * L + j; }
 
+  static REPLAYSSM_DEVICE int64_t slot_of(const params_t& p, int b) {
+    return p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
+  }
+  /// Element (row0, 0) of head h's state in the given slot.
+  static REPLAYSSM_DEVICE float* tile_ptr(const params_t& p, int64_t slot, int h, int t) {
+    return p.state.data + slot * p.state.slot_stride + h * p.state.head_stride +
+           int64_t(t) * TR * p.state.row_stride;
+  }
+
+  /// Work item (b, h, t): row b, head h, row tile t, loading the state tile itself.
   REPLAYSSM_DEVICE void run(const params_t& p, int b, int h, int t, const state_pool_ref& other) {
-    const int64_t slot = p.rows.slot_idx ? p.rows.slot_idx[b] : b;
+    const int64_t slot = slot_of(p, b);
     if (slot == p.rows.null_slot) return;
+    tile_t tile;
+    if (Op == op::load) {
+      tile.load(other.data + b * other.slot_stride + h * other.head_stride +
+                    int64_t(t) * TR * other.row_stride,
+                other.row_stride);
+      tile.store(tile_ptr(p, slot, h, t), p.state.row_stride);
+      if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
+      return;
+    }
+    tile.load(tile_ptr(p, slot, h, t), p.state.row_stride);
+    process(p, b, h, t, slot, tile, other);
+  }
+
+  /// The rest of work item (b, h, t) once its state tile is in registers (or requested: the
+  /// loads complete at first use). Cursor-independent inputs are requested first, then the
+  /// cursor-dependent buffer rows, all in one wave.
+  REPLAYSSM_DEVICE void process(const params_t& p, int b, int h, int t, int64_t slot, tile_t& tile,
+                                const state_pool_ref& other) {
     const int H = p.nheads;
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
     const uint32_t blocks_per_slot = uint32_t(H) * (P / TR);
-    float* ckpt = p.state.data + slot * p.state.slot_stride + h * p.state.head_stride +
-                  row0 * p.state.row_stride;
-
-    tile_t tile;
-    if (Op == op::load) {
-      tile.load(other.data + b * other.slot_stride + h * other.head_stride + row0 * other.row_stride,
-                other.row_stride);
-      tile.store(ckpt, p.state.row_stride);
-      if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
-      return;
-    }
-    // Everything that does not depend on the cursor is requested first: the state tile and the
-    // current step's inputs; then the cursor-dependent buffer rows, all in one wave.
-    tile.load(ckpt, p.state.row_stride);
+    float* ckpt = tile_ptr(p, slot, h, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float x_cur = 0.f, b_cur = 0.f, c_cur = 0.f, dt_cur = 0.f;
     if (has_current) {
@@ -78,7 +93,7 @@ struct mamba2_agent {
       if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
     }
     const float A = p.weights.A[h];
-    const int n = (Op == op::eager) ? 0 : p.cursors.cursor[slot];
+    const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
@@ -175,6 +190,52 @@ REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
   __shared__ typename agent_t::shared_storage smem;
   constexpr int tiles = Policy::rule::headdim / Policy::tile;
   agent_t{smem}.run(p, blockIdx.y, blockIdx.x / tiles, blockIdx.x % tiles, other);
+}
+
+/// Persistent, pipelined entry for eager and decode: each block walks work items
+/// blockIdx.x, blockIdx.x + gridDim.x, ... and keeps the state tiles of the next
+/// `pipeline_stages - 1` items in flight (cp.async into shared memory) while it finishes the
+/// current one, so state bytes stream while the block reduces, writes outputs and arrives.
+template <class Policy, op Op>
+REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
+    mamba2_pipelined_kernel(const mamba2_params<Policy> p, const state_pool_ref other) {
+  using agent_t = mamba2_agent<Policy, Op>;
+  using tile_t = typename agent_t::tile_t;
+  constexpr int Z = Policy::pipeline_stages;
+  constexpr int NT = Policy::block_threads;
+  constexpr int tiles = Policy::rule::headdim / Policy::tile;
+  static_assert(Z >= 2, "pipelined kernels need at least 2 stages");
+  __shared__ typename agent_t::shared_storage smem;
+  extern __shared__ float4 stages[];  // [Z][frags][NT]
+  const int per_row = p.nheads * tiles;
+  const int items = p.rows.batch * per_row;
+  auto issue = [&](int item, int stage) {
+    if (item < items) {
+      const int b = item / per_row, h = (item % per_row) / tiles, t = item % tiles;
+      const int64_t slot = agent_t::slot_of(p, b);
+      if (slot != p.rows.null_slot)
+        tile_load_async<tile_t, NT>(stages + stage * tile_t::frags * NT,
+                                    agent_t::tile_ptr(p, slot, h, t), p.state.row_stride);
+    }
+    cp_async_commit();  // possibly empty: keeps the group count uniform
+  };
+#pragma unroll
+  for (int k = 0; k < Z - 1; ++k) issue(blockIdx.x + k * gridDim.x, k);
+  int stage = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    issue(item + (Z - 1) * gridDim.x, (stage + Z - 1) % Z);
+    cp_async_wait<Z - 1>();  // this thread's copies of `item` have landed
+    const int b = item / per_row, h = (item % per_row) / tiles, t = item % tiles;
+    const int64_t slot = agent_t::slot_of(p, b);
+    if (slot != p.rows.null_slot) {
+      tile_t tile;
+      tile_load_from<tile_t, NT>(tile, stages + stage * tile_t::frags * NT);
+      agent_t{smem}.process(p, b, h, t, slot, tile, other);
+    }
+    __syncthreads();  // the next item reuses the agent's shared storage
+    stage = (stage + 1) % Z;
+  }
+  cp_async_wait<0>();
 }
 
 }  // namespace detail

@@ -1,6 +1,8 @@
 // What a launch does to each slot it visits.
 #pragma once
 
+#include <stdint.h>
+
 namespace replayssm {
 namespace detail {
 
@@ -11,6 +13,15 @@ enum class op : int {
   materialize,  // checkpoint + buffer -> caller's state buffer (nothing else changes)
   load,         // caller's state -> checkpoint, cursor -> 0
 };
+
+/// The number of buffered steps a launch of `Op` may use, from the slot's cursor. A cursor outside
+/// its range can only come from uninitialised memory; clamping it keeps every access inside the
+/// slot's buffer (the slot's results are then meaningless, but no other memory is touched).
+template <op Op, int K, int L>
+__device__ __forceinline__ int buffered_steps(int32_t cursor) {
+  constexpr int hi = (Op == op::decode) ? K - 1 : L;
+  return cursor < 0 ? 0 : (cursor > hi ? hi : cursor);
+}
 
 }  // namespace detail
 }  // namespace replayssm

@@ -233,3 +233,35 @@ REPLAYSSM_DEVICE void stage_rows(float (*dst)[W], const T* src, int64_t stride, 
 
 }  // namespace detail
 }  // namespace replayssm
+
+namespace replayssm {
+namespace detail {
+
+// Asynchronous 16-byte global -> shared copies (sm_80+), for the pipelined kernels.
+REPLAYSSM_DEVICE void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+REPLAYSSM_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int Pending>
+REPLAYSSM_DEVICE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+/// Requests this thread's fragments of a state tile into `stage` (`[frags][Threads]` float4:
+/// every thread later reads back only what it copied, so no barrier is needed in between).
+template <class Tile, int Threads>
+REPLAYSSM_DEVICE void tile_load_async(float4* stage, const float* base, int64_t row_stride) {
+#pragma unroll
+  for (int r = 0; r < Tile::frags; ++r)
+    cp_async16(stage + r * Threads + threadIdx.x, base + Tile::row(r) * row_stride + Tile::col());
+}
+/// Moves this thread's fragments from `stage` into the tile's registers.
+template <class Tile, int Threads>
+REPLAYSSM_DEVICE void tile_load_from(Tile& tile, const float4* stage) {
+#pragma unroll
+  for (int r = 0; r < Tile::frags; ++r) tile.v[r] = stage[r * Threads + threadIdx.x];
+}
+
+}  // namespace detail
+}  // namespace replayssm

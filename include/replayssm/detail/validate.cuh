@@ -55,3 +55,31 @@ inline result check_launch() {
 
 }  // namespace detail
 }  // namespace replayssm
+
+namespace replayssm {
+namespace detail {
+
+/// Grid of a persistent kernel: as many blocks as fit on the device at once (at most `items`).
+/// Raises the kernel's dynamic shared memory limit first. Host calls only (no stream work), so
+/// this is safe during CUDA graph capture.
+template <class Kernel>
+result persistent_grid(Kernel kernel, int threads, size_t dyn_smem, int items, int& grid) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return fail(status::cuda_error, "cannot query the current device");
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn_smem)) !=
+      cudaSuccess)
+    return fail(status::cuda_error, "the pipelined kernel's shared memory (PipelineStages state "
+                                    "tiles) exceeds the device's limit: use fewer stages or a "
+                                    "smaller Tile");
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dyn_smem) !=
+          cudaSuccess ||
+      per_sm < 1)
+    return fail(status::cuda_error, "the pipelined kernel does not fit on a multiprocessor");
+  grid = sms * per_sm < items ? sms * per_sm : items;
+  return ok();
+}
+
+}  // namespace detail
+}  // namespace replayssm
