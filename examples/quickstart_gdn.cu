@@ -12,6 +12,8 @@
 
 #include <replayssm/replayssm.cuh>
 
+#include "example_util.cuh"
+
 namespace rs = replayssm;
 
 // One layer's policy: Gated DeltaNet head_k_dim 128, head_v_dim 128, fp32 inputs (so outputs
@@ -19,23 +21,6 @@ namespace rs = replayssm;
 using policy = rs::replay_policy<rs::rules::gated_deltanet<128, 128, float>, 16, 16>;
 // HK q/k heads, HV value heads (grouped: value head h reads q/k head h / (HV / HK)).
 constexpr int HK = 2, HV = 4, KD = 128, VD = 128, SLOTS = 4, BATCH = 3, STEPS = 64;
-
-#define CHECK_CUDA(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      return 1;                                                                          \
-    }                                                                                    \
-  } while (0)
-
-template <class T>
-T* device_copy(const std::vector<T>& h) {
-  T* d = nullptr;
-  if (cudaMalloc(&d, h.size() * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
 
 int main() {
   std::printf("ReplaySSM %s quick start: Gated DeltaNet, %d q/k heads, %d value heads, %d x %d, "

@@ -11,29 +11,14 @@
 
 #include <replayssm/replayssm.cuh>
 
+#include "example_util.cuh"
+
 namespace rs = replayssm;
 
 // One layer's policy: Mamba-2 head dim 64, state dim 128, fp32 inputs (so outputs compare to
 // fp32 rounding), a 16-step buffer committed every 16 steps.
 using policy = rs::replay_policy<rs::rules::mamba2<64, 128, float>, 16, 16>;
 constexpr int H = 8, G = 2, P = 64, N = 128, SLOTS = 4, BATCH = 3, STEPS = 64;
-
-#define CHECK_CUDA(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      return 1;                                                                          \
-    }                                                                                    \
-  } while (0)
-
-template <class T>
-T* device_copy(const std::vector<T>& h) {
-  T* d = nullptr;
-  if (cudaMalloc(&d, h.size() * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
 
 int main() {
   std::printf("ReplaySSM %s quick start: Mamba-2, %d heads x %d x %d, %d groups, K = %d\n",
