@@ -6,6 +6,7 @@
 /// no state; the buffer is committed into the checkpoint every K steps.
 #pragma once
 
+#include <replayssm/block.cuh>
 #include <replayssm/cache.cuh>
 #include <replayssm/gated_deltanet.cuh>
 #include <replayssm/mamba2.cuh>

@@ -1,7 +1,7 @@
 # Run with cmake -P (CTest test `package_consumer`). Installs the ReplaySSM build tree
 # REPLAYSSM_BINARY_DIR into WORK_DIR/install, then configures and builds
 #   consumer/         find_package(replayssm CONFIG REQUIRED) against that prefix, and
-#   consumer_subdir/  add_subdirectory(REPLAYSSM_SOURCE_DIR).
+#   consumer_subdir/  add_subdirectory(REPLAYSSM_SOURCE_DIR), then FetchContent of it.
 # Optional: GENERATOR, CXX_COMPILER, CUDA_COMPILER (forwarded to the consumer builds).
 cmake_minimum_required(VERSION 3.25)
 
@@ -57,6 +57,13 @@ run("${dir}/consumer")
 set(dir "${WORK_DIR}/consumer_subdir")
 run("${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/consumer_subdir" -B "${dir}" ${args}
     "-DREPLAYSSM_SOURCE_DIR=${REPLAYSSM_SOURCE_DIR}")
+run("${CMAKE_COMMAND}" --build "${dir}")
+run("${dir}/consumer_subdir")
+
+# 4. Consumer embedding the source tree through FetchContent.
+set(dir "${WORK_DIR}/consumer_fetchcontent")
+run("${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/consumer_subdir" -B "${dir}" ${args}
+    "-DREPLAYSSM_SOURCE_DIR=${REPLAYSSM_SOURCE_DIR}" -DREPLAYSSM_VIA_FETCHCONTENT=ON)
 run("${CMAKE_COMMAND}" --build "${dir}")
 run("${dir}/consumer_subdir")
 

@@ -36,6 +36,8 @@ struct gdn_agent {
   static_assert(VT <= NT && KD <= NT,
                 "gated_deltanet: the policy's Tile and head_k_dim must not exceed BlockThreads.");
 
+  static constexpr int tiles_per_head = VD / VT;  ///< blocks (work items) per head
+
   struct shared_storage {
     alignas(16) float k[S][KD];  // normalised k_j
     alignas(16) float v[S][VT];  // v_j, this block's columns

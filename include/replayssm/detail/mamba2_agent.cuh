@@ -27,6 +27,8 @@ struct mamba2_agent {
   static_assert(TR <= NT && N <= NT,
                 "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
+  static constexpr int tiles_per_head = P / TR;  ///< blocks (work items) per head
+
   struct shared_storage {
     alignas(16) float B[S][N];   // B_j, group vectors
     alignas(16) float x[S][TR];  // x_j, this block's rows

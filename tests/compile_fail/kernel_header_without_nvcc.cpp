@@ -1,0 +1,2 @@
+// expect: must be compiled by a CUDA compiler
+#include <replayssm/replayssm.cuh>
