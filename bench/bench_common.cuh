@@ -7,10 +7,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <replayssm/replayssm.cuh>
 #include <string>
 #include <vector>
-
-#include <replayssm/replayssm.cuh>
 
 namespace rbench {
 
@@ -38,7 +37,9 @@ struct dev_array {
   }
   dev_array(const dev_array&) = delete;
   dev_array& operator=(const dev_array&) = delete;
-  ~dev_array() { if (ptr) cudaFree(ptr); }
+  ~dev_array() {
+    if (ptr) cudaFree(ptr);
+  }
 };
 
 template <class T>
@@ -46,7 +47,11 @@ __global__ void fill_random_kernel(T* p, size_t n, uint64_t seed, float lo, floa
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
     uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 33;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 33;
     const float u = float(x >> 40) * (1.0f / 16777216.0f);
     p[i] = T(lo + (hi - lo) * u);
   }
@@ -74,7 +79,10 @@ struct event_timer {
     RBENCH_CHECK(cudaEventCreate(&start));
     RBENCH_CHECK(cudaEventCreate(&stop));
   }
-  ~event_timer() { cudaEventDestroy(start); cudaEventDestroy(stop); }
+  ~event_timer() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
   void begin() { RBENCH_CHECK(cudaEventRecord(start, stream)); }
   /// Seconds since begin().
   double end() {

@@ -20,10 +20,14 @@ using T = __nv_bfloat16;
 enum class mode : int { eager = 0, replay = 1, commit = 2, window = 3 };
 const char* mode_name(mode m) {
   switch (m) {
-    case mode::eager: return "eager";
-    case mode::replay: return "replay_step";
-    case mode::commit: return "commit_step";
-    case mode::window: return "replay_window_avg";
+    case mode::eager:
+      return "eager";
+    case mode::replay:
+      return "replay_step";
+    case mode::commit:
+      return "commit_step";
+    case mode::window:
+      return "replay_window_avg";
   }
   return "?";
 }
@@ -53,13 +57,25 @@ struct mamba2_setup {
   dev_array<uint32_t> arrivals;
   size_t state_elems() const { return size_t(H) * P * N; }
   mamba2_setup(int h, int g, int b)
-      : H(h), G(g), batch(b),
+      : H(h),
+        G(g),
+        batch(b),
         rot(b, rbench::rotation_sets(size_t(b) * h * P * N * 4)),
-        pool(size_t(rot.num_slots()) * h * P * N), A(h), dt_bias(h), D(h),
-        bdt(size_t(rot.num_slots()) * L * h), x(size_t(b) * h * P), dt(size_t(b) * h),
-        B(size_t(b) * g * N), C(size_t(b) * g * N), z(size_t(b) * h * P), out(size_t(b) * h * P),
-        bx(size_t(rot.num_slots()) * L * h * P), bB(size_t(rot.num_slots()) * L * g * N),
-        cursor(rot.num_slots()), arrivals(rot.num_slots()) {
+        pool(size_t(rot.num_slots()) * h * P * N),
+        A(h),
+        dt_bias(h),
+        D(h),
+        bdt(size_t(rot.num_slots()) * L * h),
+        x(size_t(b) * h * P),
+        dt(size_t(b) * h),
+        B(size_t(b) * g * N),
+        C(size_t(b) * g * N),
+        z(size_t(b) * h * P),
+        out(size_t(b) * h * P),
+        bx(size_t(rot.num_slots()) * L * h * P),
+        bB(size_t(rot.num_slots()) * L * g * N),
+        cursor(rot.num_slots()),
+        arrivals(rot.num_slots()) {
     rbench::fill_random(pool, 1, -0.5f, 0.5f);
     rbench::fill_random(A, 2, -8.f, -0.05f);
     rbench::fill_random(dt_bias, 3, -1.f, 1.f);
@@ -77,14 +93,29 @@ struct mamba2_setup {
   }
   mamba2_params<Policy> params(int set) const {
     mamba2_params<Policy> p;
-    p.nheads = H; p.ngroups = G; p.headdim = P; p.dstate = N;
+    p.nheads = H;
+    p.ngroups = G;
+    p.headdim = P;
+    p.dstate = N;
     p.weights = {A.ptr, dt_bias.ptr, D.ptr, true};
-    p.in.x = x.ptr; p.in.x_batch_stride = H * P; p.in.x_head_stride = P;
-    p.in.dt = dt.ptr; p.in.dt_batch_stride = H; p.in.dt_head_stride = 1;
-    p.in.B = B.ptr; p.in.B_batch_stride = G * N; p.in.B_group_stride = N;
-    p.in.C = C.ptr; p.in.C_batch_stride = G * N; p.in.C_group_stride = N;
-    p.in.z = z.ptr; p.in.z_batch_stride = H * P; p.in.z_head_stride = P;
-    p.in.out = out.ptr; p.in.out_batch_stride = H * P; p.in.out_head_stride = P;
+    p.in.x = x.ptr;
+    p.in.x_batch_stride = H * P;
+    p.in.x_head_stride = P;
+    p.in.dt = dt.ptr;
+    p.in.dt_batch_stride = H;
+    p.in.dt_head_stride = 1;
+    p.in.B = B.ptr;
+    p.in.B_batch_stride = G * N;
+    p.in.B_group_stride = N;
+    p.in.C = C.ptr;
+    p.in.C_batch_stride = G * N;
+    p.in.C_group_stride = N;
+    p.in.z = z.ptr;
+    p.in.z_batch_stride = H * P;
+    p.in.z_head_stride = P;
+    p.in.out = out.ptr;
+    p.in.out_batch_stride = H * P;
+    p.in.out_head_stride = P;
     p.rows = {rot.set(set), -1, batch};
     p.state = {pool.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
@@ -109,12 +140,23 @@ struct gdn_setup {
   dev_array<uint32_t> arrivals;
   size_t state_elems() const { return size_t(H) * KD * VD; }
   gdn_setup(int hv, int hk, int b)
-      : H(hv), G(hk), batch(b), rot(b, rbench::rotation_sets(size_t(b) * hv * KD * VD * 4)),
-        pool(size_t(rot.num_slots()) * hv * KD * VD), g(size_t(b) * hv), beta(size_t(b) * hv),
-        bks(size_t(rot.num_slots()) * L * hk), bg(size_t(rot.num_slots()) * L * hv),
-        bbeta(size_t(rot.num_slots()) * L * hv), q(size_t(b) * hk * KD), k(size_t(b) * hk * KD),
-        v(size_t(b) * hv * VD), out(size_t(b) * hv * VD), bk(size_t(rot.num_slots()) * L * hk * KD),
-        bv(size_t(rot.num_slots()) * L * hv * VD), cursor(rot.num_slots()),
+      : H(hv),
+        G(hk),
+        batch(b),
+        rot(b, rbench::rotation_sets(size_t(b) * hv * KD * VD * 4)),
+        pool(size_t(rot.num_slots()) * hv * KD * VD),
+        g(size_t(b) * hv),
+        beta(size_t(b) * hv),
+        bks(size_t(rot.num_slots()) * L * hk),
+        bg(size_t(rot.num_slots()) * L * hv),
+        bbeta(size_t(rot.num_slots()) * L * hv),
+        q(size_t(b) * hk * KD),
+        k(size_t(b) * hk * KD),
+        v(size_t(b) * hv * VD),
+        out(size_t(b) * hv * VD),
+        bk(size_t(rot.num_slots()) * L * hk * KD),
+        bv(size_t(rot.num_slots()) * L * hv * VD),
+        cursor(rot.num_slots()),
         arrivals(rot.num_slots()) {
     rbench::fill_random(pool, 21, -0.3f, 0.3f);
     rbench::fill_random(g, 22, -3.f, -0.01f);
@@ -132,13 +174,26 @@ struct gdn_setup {
   }
   gdn_params<Policy> params(int set) const {
     gdn_params<Policy> p;
-    p.num_k_heads = G; p.num_v_heads = H; p.head_k_dim = KD; p.head_v_dim = VD;
-    p.in.q = q.ptr; p.in.q_batch_stride = G * KD; p.in.q_head_stride = KD;
-    p.in.k = k.ptr; p.in.k_batch_stride = G * KD; p.in.k_head_stride = KD;
-    p.in.v = v.ptr; p.in.v_batch_stride = H * VD; p.in.v_head_stride = VD;
-    p.in.g = g.ptr; p.in.g_batch_stride = H;
-    p.in.beta = beta.ptr; p.in.beta_batch_stride = H;
-    p.in.out = out.ptr; p.in.out_batch_stride = H * VD; p.in.out_head_stride = VD;
+    p.num_k_heads = G;
+    p.num_v_heads = H;
+    p.head_k_dim = KD;
+    p.head_v_dim = VD;
+    p.in.q = q.ptr;
+    p.in.q_batch_stride = G * KD;
+    p.in.q_head_stride = KD;
+    p.in.k = k.ptr;
+    p.in.k_batch_stride = G * KD;
+    p.in.k_head_stride = KD;
+    p.in.v = v.ptr;
+    p.in.v_batch_stride = H * VD;
+    p.in.v_head_stride = VD;
+    p.in.g = g.ptr;
+    p.in.g_batch_stride = H;
+    p.in.beta = beta.ptr;
+    p.in.beta_batch_stride = H;
+    p.in.out = out.ptr;
+    p.in.out_batch_stride = H * VD;
+    p.in.out_head_stride = VD;
     p.rows = {rot.set(set), -1, batch};
     p.state = {pool.ptr, int64_t(state_elems()), int64_t(KD) * VD, VD, rot.num_slots()};
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
@@ -156,11 +211,14 @@ double bytes_per_row(const Setup& s, mode m, int K) {
   const double S = s.state_bytes(), bs = s.step_buffer_bytes(), io = s.io_bytes();
   const int n_replay = K / 2;  // the replay-step case runs with K/2 buffered steps
   switch (m) {
-    case mode::eager: return 2 * S + io;
-    case mode::replay: return S + n_replay * bs + bs + io;
-    case mode::commit: return 2 * S + (K - 1) * bs + io;
+    case mode::eager:
+      return 2 * S + io;
+    case mode::replay:
+      return S + n_replay * bs + bs + io;
+    case mode::commit:
+      return 2 * S + (K - 1) * bs + io;
     case mode::window: {
-      double total = 2 * S + (K - 1) * bs + io;              // the committing step
+      double total = 2 * S + (K - 1) * bs + io;                       // the committing step
       for (int n = 0; n < K - 1; ++n) total += S + n * bs + bs + io;  // the others
       return total / K;
     }
@@ -184,8 +242,10 @@ void run_case(benchmark::State& state, Setup& s, mode m) {
   };
   auto launch = [&](int set) {
     const auto p = s.params(set);
-    if (m == mode::eager) RBENCH_CHECK(eager_step(p, stream));
-    else RBENCH_CHECK(decode_step(p, stream));
+    if (m == mode::eager)
+      RBENCH_CHECK(eager_step(p, stream));
+    else
+      RBENCH_CHECK(decode_step(p, stream));
   };
   for (int w = 0; w < 3; ++w) {  // warm-up
     set_cursors(w);
@@ -296,7 +356,8 @@ template <int K>
 using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, K, K>;
 
 template <int K, int Tile, int Threads, int Stages = 0>
-using m2var = replay_policy<rules::mamba2<64, 128, T>, K, K, precision::fp32, Tile, Threads, Stages>;
+using m2var =
+    replay_policy<rules::mamba2<64, 128, T>, K, K, precision::fp32, Tile, Threads, Stages>;
 template <int K, int Tile, int Threads, int Stages = 0>
 using gdnvar =
     replay_policy<rules::gated_deltanet<128, 128, T>, K, K, precision::fp32, Tile, Threads, Stages>;
@@ -311,27 +372,35 @@ const mode kModes[] = {mode::eager, mode::replay, mode::commit, mode::window};
 
 void register_all() {
   rbench::add_device_context();
-  benchmark::RegisterBenchmark("copy/d2d_2GiB", bm_copy)->ArgName("kind")->Arg(0)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("copy/d2d_2GiB", bm_copy)
+      ->ArgName("kind")
+      ->Arg(0)
+      ->Arg(1)
+      ->Arg(2)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
   // Decode at K = 16 for the model shapes: {heads, groups, batch, mode}.
   // Names: <rule>[_pipe]/<shape>/K16/<mode>/batch:<b>.
   auto suite = [](const std::string& rule, auto m2fn, auto gdnfn) {
     for (auto hg : std::vector<std::pair<int, int>>{{128, 8}, {80, 1}})
       for (mode m : kModes)
-        benchmark::RegisterBenchmark(("mamba2" + rule + "/H" +
-                                      std::to_string(hg.first) + "_G" + std::to_string(hg.second) +
-                                      "/K16/" + mode_name(m)).c_str(),
+        benchmark::RegisterBenchmark(("mamba2" + rule + "/H" + std::to_string(hg.first) + "_G" +
+                                      std::to_string(hg.second) + "/K16/" + mode_name(m))
+                                         .c_str(),
                                      m2fn)
             ->ArgsProduct({{hg.first}, {hg.second}, kBatches, {int64_t(m)}})
             ->ArgNames({"H", "G", "batch", "mode"})
-            ->UseManualTime()->Unit(benchmark::kMicrosecond);
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
     for (auto hv : std::vector<int>{64, 32})
       for (mode m : kModes)
-        benchmark::RegisterBenchmark(("gdn" + rule + "/Hv" + std::to_string(hv) + "_Hk16/K16/" +
-                                      mode_name(m)).c_str(),
-                                     gdnfn)
+        benchmark::RegisterBenchmark(
+            ("gdn" + rule + "/Hv" + std::to_string(hv) + "_Hk16/K16/" + mode_name(m)).c_str(),
+            gdnfn)
             ->ArgsProduct({{hv}, {16}, kBatches, {int64_t(m)}})
             ->ArgNames({"Hv", "Hk", "batch", "mode"})
-            ->UseManualTime()->Unit(benchmark::kMicrosecond);
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
   };
   suite("", bm_mamba2<m2pol<16>>, bm_gdn<gdnpol<16>>);
   suite("_pipe", bm_mamba2<m2pipe<16>>, bm_gdn<gdnpipe<16>>);
@@ -340,7 +409,8 @@ void register_all() {
     benchmark::RegisterBenchmark(name, fn)
         ->Args({h, g, 256, 3})
         ->ArgNames({"H", "G", "batch", "mode"})
-        ->UseManualTime()->Unit(benchmark::kMicrosecond);
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
   };
   // Tile/thread variants at batch 256 (tuning record; names: tile<rows or cols>_t<threads>).
   auto variant = [](std::string name, auto fn, int h, int g) {
@@ -348,7 +418,8 @@ void register_all() {
       benchmark::RegisterBenchmark((name + "/" + mode_name(m)).c_str(), fn)
           ->Args({h, g, 256, int64_t(m)})
           ->ArgNames({"H", "G", "batch", "mode"})
-          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
   };
   variant("variant/mamba2/tile64_t128", bm_mamba2<m2var<16, 64, 128>>, 128, 8);
   variant("variant/mamba2/tile32_t128", bm_mamba2<m2var<16, 32, 128>>, 128, 8);

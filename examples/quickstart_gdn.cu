@@ -8,9 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <vector>
-
 #include <replayssm/replayssm.cuh>
+#include <vector>
 
 #include "example_util.cuh"
 
@@ -23,9 +22,10 @@ using policy = rs::replay_policy<rs::rules::gated_deltanet<128, 128, float>, 16,
 constexpr int HK = 2, HV = 4, KD = 128, VD = 128, SLOTS = 4, BATCH = 3, STEPS = 64;
 
 int main() {
-  std::printf("ReplaySSM %s quick start: Gated DeltaNet, %d q/k heads, %d value heads, %d x %d, "
-              "K = %d\n",
-              rs::version_string(), HK, HV, KD, VD, policy::commit_interval);
+  std::printf(
+      "ReplaySSM %s quick start: Gated DeltaNet, %d q/k heads, %d value heads, %d x %d, "
+      "K = %d\n",
+      rs::version_string(), HK, HV, KD, VD, policy::commit_interval);
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::uniform_real_distribution<float> ua(-3.f, 1.f);
@@ -51,8 +51,9 @@ int main() {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     // What runs without a GPU: the float64 reference, replay math (the backward sweep) against
     // eager math.
-    std::printf("No CUDA GPU found: skipping the GPU decode loop. Running the float64 "
-                "reference's replay-vs-eager check instead.\n");
+    std::printf(
+        "No CUDA GPU found: skipping the GPU decode loop. Running the float64 "
+        "reference's replay-vs-eager check instead.\n");
     std::vector<double> state(size_t(HV) * KD * VD, 0.1), ckpt = state, y, y_replay;
     std::vector<rs::ref::gdn_step> window;
     double worst = 0;
@@ -118,12 +119,14 @@ int main() {
   // Prefill's result: load a state into each live slot (cursor -> 0).
   std::vector<std::vector<double>> ref_state(2, std::vector<double>(S));
   std::vector<float> init(2 * S);
-  for (size_t i = 0; i < init.size(); ++i) init[i] = 0.3f * nd(rng), ref_state[i / S][i % S] = init[i];
+  for (size_t i = 0; i < init.size(); ++i)
+    init[i] = 0.3f * nd(rng), ref_state[i / S][i % S] = init[i];
   float* src = device_copy(init);
   int32_t* live = device_copy(std::vector<int32_t>{3, 1});
   rs::gdn_params<policy> lp = p;
   lp.rows = {live, -1, 2};
-  rs::result r = rs::load_state(lp, rs::state_pool_ref{src, int64_t(S), int64_t(KD) * VD, VD, 2}, 0);
+  rs::result r =
+      rs::load_state(lp, rs::state_pool_ref{src, int64_t(S), int64_t(KD) * VD, VD, 2}, 0);
   if (!r) return std::printf("load_state: %s\n", r.message), 1;
 
   double worst = 0;
@@ -131,7 +134,8 @@ int main() {
       hbeta(hg.size());
   std::vector<float> hout(hv.size());
   for (int t = 0; t < STEPS; ++t) {
-    for (auto* a : {&hq, &hk, &hv}) for (auto& e : *a) e = nd(rng);
+    for (auto* a : {&hq, &hk, &hv})
+      for (auto& e : *a) e = nd(rng);
     for (auto& e : hg) e = log_gate();
     for (auto& e : hbeta) e = sigmoid_beta();
     CHECK_CUDA(cudaMemcpy(q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
@@ -160,9 +164,10 @@ int main() {
   }
   int32_t cur = 0;
   CHECK_CUDA(cudaMemcpy(&cur, cursor + 3, 4, cudaMemcpyDeviceToHost));
-  std::printf("GPU: %d decode steps on 2 sequences + 1 null row, %d in-launch commits each, "
-              "cursor now %d; max relative error vs float64 = %.2e\n",
-              STEPS, STEPS / policy::commit_interval, cur, worst);
+  std::printf(
+      "GPU: %d decode steps on 2 sequences + 1 null row, %d in-launch commits each, "
+      "cursor now %d; max relative error vs float64 = %.2e\n",
+      STEPS, STEPS / policy::commit_interval, cur, worst);
   const bool ok = worst < 2e-5;
   std::printf("%s\n", ok ? "OK" : "FAILED: error above fp32 rounding");
   return ok ? 0 : 1;

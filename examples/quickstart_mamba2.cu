@@ -7,9 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <vector>
-
 #include <replayssm/replayssm.cuh>
+#include <vector>
 
 #include "example_util.cuh"
 
@@ -46,8 +45,9 @@ int main() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     // What runs without a GPU: the float64 reference, replay math against eager math.
-    std::printf("No CUDA GPU found: skipping the GPU decode loop. Running the float64 "
-                "reference's replay-vs-eager check instead.\n");
+    std::printf(
+        "No CUDA GPU found: skipping the GPU decode loop. Running the float64 "
+        "reference's replay-vs-eager check instead.\n");
     std::vector<double> state(size_t(H) * P * N, 0.1), ckpt = state, y, y_replay;
     std::vector<rs::ref::mamba2_step> window;
     double worst = 0;
@@ -114,7 +114,8 @@ int main() {
   // Prefill's result: load a state into each live slot (cursor -> 0).
   std::vector<std::vector<double>> ref_state(2, std::vector<double>(S));
   std::vector<float> init(2 * S);
-  for (size_t i = 0; i < init.size(); ++i) init[i] = 0.3f * nd(rng), ref_state[i / S][i % S] = init[i];
+  for (size_t i = 0; i < init.size(); ++i)
+    init[i] = 0.3f * nd(rng), ref_state[i / S][i % S] = init[i];
   float* src = device_copy(init);
   int32_t* live = device_copy(std::vector<int32_t>{3, 1});
   rs::mamba2_params<policy> lp = p;
@@ -123,10 +124,12 @@ int main() {
   if (!r) return std::printf("load_state: %s\n", r.message), 1;
 
   double worst = 0;
-  std::vector<float> hx(BATCH * H * P), hz(hx.size()), hdt(BATCH * H), hB(BATCH * G * N), hC(hB.size());
+  std::vector<float> hx(BATCH * H * P), hz(hx.size()), hdt(BATCH * H), hB(BATCH * G * N),
+      hC(hB.size());
   std::vector<float> hout(hx.size());
   for (int t = 0; t < STEPS; ++t) {
-    for (auto* v : {&hx, &hz, &hB, &hC}) for (auto& e : *v) e = nd(rng);
+    for (auto* v : {&hx, &hz, &hB, &hC})
+      for (auto& e : *v) e = nd(rng);
     for (auto& e : hdt) e = ua(rng);
     CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(z, hz.data(), hz.size() * 4, cudaMemcpyHostToDevice));
@@ -154,9 +157,10 @@ int main() {
   }
   int32_t cur = 0;
   CHECK_CUDA(cudaMemcpy(&cur, cursor + 3, 4, cudaMemcpyDeviceToHost));
-  std::printf("GPU: %d decode steps on 2 sequences + 1 null row, %d in-launch commits each, "
-              "cursor now %d; max relative error vs float64 = %.2e\n",
-              STEPS, STEPS / policy::commit_interval, cur, worst);
+  std::printf(
+      "GPU: %d decode steps on 2 sequences + 1 null row, %d in-launch commits each, "
+      "cursor now %d; max relative error vs float64 = %.2e\n",
+      STEPS, STEPS / policy::commit_interval, cur, worst);
   const bool ok = worst < 2e-5;
   std::printf("%s\n", ok ? "OK" : "FAILED: error above fp32 rounding");
   return ok ? 0 : 1;

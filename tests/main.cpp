@@ -2,9 +2,9 @@
 // suite (REPLAYSSM_TESTS_NEED_GPU=1) exits with 77, which CTest reports as skipped, when no CUDA
 // device is present, except when Catch is only listing tests.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 

@@ -4,9 +4,8 @@
 
 #include <stdint.h>
 
-#include <type_traits>
-
 #include <replayssm/detail/config.cuh>
+#include <type_traits>
 
 namespace replayssm {
 
@@ -19,11 +18,11 @@ namespace replayssm {
 /// @note `data` must be 16-byte aligned and every stride a multiple of 4 elements, so that rows
 ///       load as float4.
 struct state_pool_ref {
-  float* data = nullptr;      ///< base of the pool
-  int64_t slot_stride = 0;    ///< elements between slots
-  int64_t head_stride = 0;    ///< elements between heads
-  int64_t row_stride = 0;     ///< elements between rows of one head
-  int32_t num_slots = 0;      ///< number of slots in the pool
+  float* data = nullptr;    ///< base of the pool
+  int64_t slot_stride = 0;  ///< elements between slots
+  int64_t head_stride = 0;  ///< elements between heads
+  int64_t row_stride = 0;   ///< elements between rows of one head
+  int32_t num_slots = 0;    ///< number of slots in the pool
 };
 
 /// @brief Which slot each batch row uses.
@@ -50,7 +49,8 @@ struct cursor_ref {
   uint32_t* arrivals = nullptr;  ///< device array `[num_slots]`, zero-initialised once
 };
 
-static_assert(std::is_trivially_copyable<state_pool_ref>::value, "views must be trivially copyable");
+static_assert(std::is_trivially_copyable<state_pool_ref>::value,
+              "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<batch_ref>::value, "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<cursor_ref>::value, "views must be trivially copyable");
 

@@ -51,15 +51,15 @@ template <class Policy>
 struct gdn_params {
   using policy = Policy;
   using input_type = typename Policy::input_type;
-  int32_t num_k_heads = 0;  ///< q/k heads (of this rank's slice)
-  int32_t num_v_heads = 0;  ///< value heads; a multiple of num_k_heads
-  int32_t head_k_dim = 0;   ///< must equal the policy's
-  int32_t head_v_dim = 0;   ///< must equal the policy's
-  bool l2norm_qk = true;    ///< L2-normalise q and k in the kernel (eps 1e-6 inside the sqrt)
-  float scale = 0.f;        ///< q scale; 0 means head_k_dim^-1/2
-  gdn_inputs<input_type> in;          ///< the step (eager, decode)
-  batch_ref rows;                     ///< batch row -> slot
-  state_pool_ref state;               ///< checkpoint pool (replay) or state pool (eager)
+  int32_t num_k_heads = 0;    ///< q/k heads (of this rank's slice)
+  int32_t num_v_heads = 0;    ///< value heads; a multiple of num_k_heads
+  int32_t head_k_dim = 0;     ///< must equal the policy's
+  int32_t head_v_dim = 0;     ///< must equal the policy's
+  bool l2norm_qk = true;      ///< L2-normalise q and k in the kernel (eps 1e-6 inside the sqrt)
+  float scale = 0.f;          ///< q scale; 0 means head_k_dim^-1/2
+  gdn_inputs<input_type> in;  ///< the step (eager, decode)
+  batch_ref rows;             ///< batch row -> slot
+  state_pool_ref state;       ///< checkpoint pool (replay) or state pool (eager)
   gdn_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                 ///< replay only
 };

@@ -68,16 +68,16 @@ template <class Policy>
 struct mamba2_params {
   using policy = Policy;
   using input_type = typename Policy::input_type;
-  int32_t nheads = 0;   ///< heads of this layer (of this rank's slice under tensor parallelism)
-  int32_t ngroups = 0;  ///< B/C groups; must divide nheads
-  int32_t headdim = 0;  ///< must equal the policy's
-  int32_t dstate = 0;   ///< must equal the policy's
-  mamba2_weights weights;             ///< A, dt_bias, D
-  mamba2_inputs<input_type> in;       ///< the step (eager, decode)
-  batch_ref rows;                     ///< batch row -> slot
-  state_pool_ref state;               ///< checkpoint pool (replay) or state pool (eager)
+  int32_t nheads = 0;      ///< heads of this layer (of this rank's slice under tensor parallelism)
+  int32_t ngroups = 0;     ///< B/C groups; must divide nheads
+  int32_t headdim = 0;     ///< must equal the policy's
+  int32_t dstate = 0;      ///< must equal the policy's
+  mamba2_weights weights;  ///< A, dt_bias, D
+  mamba2_inputs<input_type> in;          ///< the step (eager, decode)
+  batch_ref rows;                        ///< batch row -> slot
+  state_pool_ref state;                  ///< checkpoint pool (replay) or state pool (eager)
   mamba2_buffer_ref<input_type> buffer;  ///< replay only
-  cursor_ref cursors;                 ///< replay only
+  cursor_ref cursors;                    ///< replay only
 };
 
 /// @brief Eager step: read each row's state, apply the step, write the state and the output.

@@ -5,9 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include <replayssm/detail/config.cuh>
+#include <type_traits>
 
 namespace replayssm {
 
@@ -35,7 +34,8 @@ struct mamba2 {
   static constexpr int default_stages = 0;     ///< 0: one work item per block (see replay_policy)
   static_assert(DState == 16 || DState == 32 || DState == 64 || DState == 128,
                 "mamba2: DState must be 16, 32, 64 or 128 (one warp covers a state row).");
-  static_assert(HeadDim > 0 && HeadDim % 4 == 0, "mamba2: HeadDim must be a positive multiple of 4.");
+  static_assert(HeadDim > 0 && HeadDim % 4 == 0,
+                "mamba2: HeadDim must be a positive multiple of 4.");
 };
 
 /// @brief Gated DeltaNet decode rule: state `[K, V]` per value head (or `[V, K]`, see Layout).
@@ -45,16 +45,17 @@ struct mamba2 {
 /// @tparam Layout storage order of each state tile in the engine's pool.
 template <int KDim, int VDim, class Input = __nv_bfloat16, state_layout Layout = state_layout::kv>
 struct gated_deltanet {
-  static constexpr int head_k_dim = KDim;  ///< K
-  static constexpr int head_v_dim = VDim;  ///< V
-  using input_type = Input;                ///< type of q, k, v and the output
-  static constexpr state_layout layout = Layout;  ///< storage order of the state
+  static constexpr int head_k_dim = KDim;                       ///< K
+  static constexpr int head_v_dim = VDim;                       ///< V
+  using input_type = Input;                                     ///< type of q, k, v and the output
+  static constexpr state_layout layout = Layout;                ///< storage order of the state
   static constexpr int default_tile = VDim < 128 ? VDim : 128;  ///< V columns per block
   static constexpr int default_threads = 128;  ///< measured best on H200 (bench/NOTES.md)
   static constexpr int default_stages = 0;     ///< 0: one work item per block (see replay_policy)
   static_assert(KDim == 16 || KDim == 32 || KDim == 64 || KDim == 128,
                 "gated_deltanet: KDim must be 16, 32, 64 or 128.");
-  static_assert(VDim > 0 && VDim % 4 == 0, "gated_deltanet: VDim must be a positive multiple of 4.");
+  static_assert(VDim > 0 && VDim % 4 == 0,
+                "gated_deltanet: VDim must be a positive multiple of 4.");
 };
 
 }  // namespace rules
@@ -63,8 +64,8 @@ namespace precision {
 /// @brief One fp32 checkpoint that serves outputs and commits alike.
 /// @note The serving-copy pairs (fp32 master + bf16/fp16/fp8/int8 copy) extend this slot.
 struct fp32 {
-  using master_type = float;                  ///< checkpoint that commits read and write
-  using serving_type = float;                 ///< checkpoint that output steps read
+  using master_type = float;                       ///< checkpoint that commits read and write
+  using serving_type = float;                      ///< checkpoint that output steps read
   static constexpr bool has_serving_copy = false;  ///< no separate copy: outputs read the master
 };
 }  // namespace precision
@@ -89,22 +90,23 @@ template <class Rule, int BufferLen, int CommitInterval, class Precision = preci
           int Tile = Rule::default_tile, int BlockThreads = Rule::default_threads,
           int PipelineStages = Rule::default_stages>
 struct replay_policy {
-  using rule = Rule;                                   ///< the recurrence
-  using input_type = typename Rule::input_type;        ///< type of step inputs and outputs
-  using precision = Precision;                         ///< the precision pair
-  using master_type = typename Precision::master_type; ///< checkpoint type
-  static constexpr int buffer_len = BufferLen;         ///< L
+  using rule = Rule;                                      ///< the recurrence
+  using input_type = typename Rule::input_type;           ///< type of step inputs and outputs
+  using precision = Precision;                            ///< the precision pair
+  using master_type = typename Precision::master_type;    ///< checkpoint type
+  static constexpr int buffer_len = BufferLen;            ///< L
   static constexpr int commit_interval = CommitInterval;  ///< K
-  static constexpr int tile = Tile;                    ///< rows of P / columns of V per block
-  static constexpr int block_threads = BlockThreads;   ///< threads per block
+  static constexpr int tile = Tile;                       ///< rows of P / columns of V per block
+  static constexpr int block_threads = BlockThreads;      ///< threads per block
   static constexpr int pipeline_stages = PipelineStages;  ///< 0, or state tiles in flight per block
 
   static_assert(CommitInterval >= 1, "replay_policy: the commit interval K must be at least 1.");
   static_assert(CommitInterval <= BufferLen,
                 "replay_policy: the commit interval K must not exceed the buffer length L, or a "
                 "full buffer would have to drop inputs. Raise BufferLen or lower CommitInterval.");
-  static_assert(BufferLen <= 64, "replay_policy: BufferLen above 64 is not supported (the replay "
-                                 "staging lives in shared memory).");
+  static_assert(BufferLen <= 64,
+                "replay_policy: BufferLen above 64 is not supported (the replay "
+                "staging lives in shared memory).");
   static_assert(BlockThreads % 32 == 0 && BlockThreads >= 32 && BlockThreads <= 512,
                 "replay_policy: BlockThreads must be a multiple of 32 between 32 and 512.");
   static_assert(PipelineStages == 0 || (PipelineStages >= 2 && PipelineStages <= 4),

@@ -1,11 +1,9 @@
 // Every host-side check of the launchers, without a GPU: an invalid launch must return a clear
 // status before anything is launched.
 #include <catch2/catch.hpp>
-
 #include <cstring>
-#include <string>
-
 #include <replayssm/replayssm.cuh>
+#include <string>
 
 namespace {
 
@@ -22,13 +20,25 @@ alignas(16) uint32_t fake_u[64];
 
 mamba2_params<m2pol> valid_mamba2() {
   mamba2_params<m2pol> p;
-  p.nheads = 8; p.ngroups = 2; p.headdim = 64; p.dstate = 128;
+  p.nheads = 8;
+  p.ngroups = 2;
+  p.headdim = 64;
+  p.dstate = 128;
   p.weights = {fake_f, fake_f, fake_f, true};
-  p.in.x = fake_f; p.in.x_batch_stride = 8 * 64; p.in.x_head_stride = 64;
-  p.in.dt = fake_f; p.in.dt_batch_stride = 8;
-  p.in.B = fake_f; p.in.B_batch_stride = 2 * 128; p.in.B_group_stride = 128;
-  p.in.C = fake_f; p.in.C_batch_stride = 2 * 128; p.in.C_group_stride = 128;
-  p.in.out = fake_f; p.in.out_batch_stride = 8 * 64; p.in.out_head_stride = 64;
+  p.in.x = fake_f;
+  p.in.x_batch_stride = 8 * 64;
+  p.in.x_head_stride = 64;
+  p.in.dt = fake_f;
+  p.in.dt_batch_stride = 8;
+  p.in.B = fake_f;
+  p.in.B_batch_stride = 2 * 128;
+  p.in.B_group_stride = 128;
+  p.in.C = fake_f;
+  p.in.C_batch_stride = 2 * 128;
+  p.in.C_group_stride = 128;
+  p.in.out = fake_f;
+  p.in.out_batch_stride = 8 * 64;
+  p.in.out_head_stride = 64;
   p.rows = {fake_i, -1, 4};
   p.state = {fake_f, 8 * 64 * 128, 64 * 128, 128, 10};
   p.buffer = {fake_f, fake_f, fake_f};
@@ -39,13 +49,26 @@ mamba2_params<m2pol> valid_mamba2() {
 template <class Policy>
 gdn_params<Policy> valid_gdn() {
   gdn_params<Policy> p;
-  p.num_k_heads = 4; p.num_v_heads = 8; p.head_k_dim = 128; p.head_v_dim = 128;
-  p.in.q = fake_f; p.in.q_batch_stride = 4 * 128; p.in.q_head_stride = 128;
-  p.in.k = fake_f; p.in.k_batch_stride = 4 * 128; p.in.k_head_stride = 128;
-  p.in.v = fake_f; p.in.v_batch_stride = 8 * 128; p.in.v_head_stride = 128;
-  p.in.g = fake_f; p.in.g_batch_stride = 8;
-  p.in.beta = fake_f; p.in.beta_batch_stride = 8;
-  p.in.out = fake_f; p.in.out_batch_stride = 8 * 128; p.in.out_head_stride = 128;
+  p.num_k_heads = 4;
+  p.num_v_heads = 8;
+  p.head_k_dim = 128;
+  p.head_v_dim = 128;
+  p.in.q = fake_f;
+  p.in.q_batch_stride = 4 * 128;
+  p.in.q_head_stride = 128;
+  p.in.k = fake_f;
+  p.in.k_batch_stride = 4 * 128;
+  p.in.k_head_stride = 128;
+  p.in.v = fake_f;
+  p.in.v_batch_stride = 8 * 128;
+  p.in.v_head_stride = 128;
+  p.in.g = fake_f;
+  p.in.g_batch_stride = 8;
+  p.in.beta = fake_f;
+  p.in.beta_batch_stride = 8;
+  p.in.out = fake_f;
+  p.in.out_batch_stride = 8 * 128;
+  p.in.out_head_stride = 128;
   p.rows = {fake_i, -1, 4};
   p.state = {fake_f, 8 * 128 * 128, 128 * 128, 128, 10};
   p.buffer = {fake_f, fake_f, fake_f, fake_f, fake_f};
@@ -65,29 +88,122 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(r.code == s);
     CHECK(mentions(r, text));
   };
-  { auto p = valid_mamba2(); p.headdim = 32; expect(p, status::policy_mismatch, "headdim"); }
-  { auto p = valid_mamba2(); p.dstate = 64; expect(p, status::policy_mismatch, "dstate"); }
-  { auto p = valid_mamba2(); p.ngroups = 3; expect(p, status::bad_shape, "ngroups must divide nheads"); }
-  { auto p = valid_mamba2(); p.nheads = 0; expect(p, status::bad_shape, "positive"); }
-  { auto p = valid_mamba2(); p.state.data = nullptr; expect(p, status::null_pointer, "state.data"); }
-  { auto p = valid_mamba2(); p.state.data = fake_f + 1; expect(p, status::misaligned_pointer, "16-byte"); }
-  { auto p = valid_mamba2(); p.state.row_stride = 130; expect(p, status::misaligned_pointer, "multiples of 4"); }
-  { auto p = valid_mamba2(); p.state.row_stride = 64; expect(p, status::bad_stride, "row_stride >= dstate"); }
-  { auto p = valid_mamba2(); p.state.slot_stride = 64 * 128; expect(p, status::bad_stride, "slot_stride"); }
-  { auto p = valid_mamba2(); p.state.num_slots = 0; expect(p, status::bad_shape, "num_slots"); }
-  { auto p = valid_mamba2(); p.rows.batch = -1; expect(p, status::bad_shape, "negative"); }
-  { auto p = valid_mamba2(); p.rows.batch = 70000; expect(p, status::bad_shape, "65535"); }
-  { auto p = valid_mamba2(); p.rows.null_slot = 3; expect(p, status::bad_shape, "null_slot"); }
-  { auto p = valid_mamba2(); p.rows.slot_idx = nullptr; p.rows.batch = 11; expect(p, status::too_many_slots, "num_slots"); }
-  { auto p = valid_mamba2(); p.weights.A = nullptr; expect(p, status::null_pointer, "weights.A"); }
-  { auto p = valid_mamba2(); p.in.C = nullptr; expect(p, status::null_pointer, "in.C"); }
-  { auto p = valid_mamba2(); p.in.x_head_stride = 32; expect(p, status::bad_stride, "head strides"); }
-  { auto p = valid_mamba2(); p.in.B_group_stride = 100; expect(p, status::bad_stride, "group strides"); }
-  { auto p = valid_mamba2(); p.in.x_batch_stride = 64; expect(p, status::bad_stride, "batch stride"); }
-  { auto p = valid_mamba2(); p.buffer.B = nullptr; expect(p, status::null_pointer, "buffer"); }
-  { auto p = valid_mamba2(); p.buffer.x = fake_f + 1; expect(p, status::misaligned_pointer, "buffer.x"); }
-  { auto p = valid_mamba2(); p.cursors.cursor = nullptr; expect(p, status::null_pointer, "cursors.cursor"); }
-  { auto p = valid_mamba2(); p.cursors.arrivals = nullptr; expect(p, status::null_pointer, "arrivals"); }
+  {
+    auto p = valid_mamba2();
+    p.headdim = 32;
+    expect(p, status::policy_mismatch, "headdim");
+  }
+  {
+    auto p = valid_mamba2();
+    p.dstate = 64;
+    expect(p, status::policy_mismatch, "dstate");
+  }
+  {
+    auto p = valid_mamba2();
+    p.ngroups = 3;
+    expect(p, status::bad_shape, "ngroups must divide nheads");
+  }
+  {
+    auto p = valid_mamba2();
+    p.nheads = 0;
+    expect(p, status::bad_shape, "positive");
+  }
+  {
+    auto p = valid_mamba2();
+    p.state.data = nullptr;
+    expect(p, status::null_pointer, "state.data");
+  }
+  {
+    auto p = valid_mamba2();
+    p.state.data = fake_f + 1;
+    expect(p, status::misaligned_pointer, "16-byte");
+  }
+  {
+    auto p = valid_mamba2();
+    p.state.row_stride = 130;
+    expect(p, status::misaligned_pointer, "multiples of 4");
+  }
+  {
+    auto p = valid_mamba2();
+    p.state.row_stride = 64;
+    expect(p, status::bad_stride, "row_stride >= dstate");
+  }
+  {
+    auto p = valid_mamba2();
+    p.state.slot_stride = 64 * 128;
+    expect(p, status::bad_stride, "slot_stride");
+  }
+  {
+    auto p = valid_mamba2();
+    p.state.num_slots = 0;
+    expect(p, status::bad_shape, "num_slots");
+  }
+  {
+    auto p = valid_mamba2();
+    p.rows.batch = -1;
+    expect(p, status::bad_shape, "negative");
+  }
+  {
+    auto p = valid_mamba2();
+    p.rows.batch = 70000;
+    expect(p, status::bad_shape, "65535");
+  }
+  {
+    auto p = valid_mamba2();
+    p.rows.null_slot = 3;
+    expect(p, status::bad_shape, "null_slot");
+  }
+  {
+    auto p = valid_mamba2();
+    p.rows.slot_idx = nullptr;
+    p.rows.batch = 11;
+    expect(p, status::too_many_slots, "num_slots");
+  }
+  {
+    auto p = valid_mamba2();
+    p.weights.A = nullptr;
+    expect(p, status::null_pointer, "weights.A");
+  }
+  {
+    auto p = valid_mamba2();
+    p.in.C = nullptr;
+    expect(p, status::null_pointer, "in.C");
+  }
+  {
+    auto p = valid_mamba2();
+    p.in.x_head_stride = 32;
+    expect(p, status::bad_stride, "head strides");
+  }
+  {
+    auto p = valid_mamba2();
+    p.in.B_group_stride = 100;
+    expect(p, status::bad_stride, "group strides");
+  }
+  {
+    auto p = valid_mamba2();
+    p.in.x_batch_stride = 64;
+    expect(p, status::bad_stride, "batch stride");
+  }
+  {
+    auto p = valid_mamba2();
+    p.buffer.B = nullptr;
+    expect(p, status::null_pointer, "buffer");
+  }
+  {
+    auto p = valid_mamba2();
+    p.buffer.x = fake_f + 1;
+    expect(p, status::misaligned_pointer, "buffer.x");
+  }
+  {
+    auto p = valid_mamba2();
+    p.cursors.cursor = nullptr;
+    expect(p, status::null_pointer, "cursors.cursor");
+  }
+  {
+    auto p = valid_mamba2();
+    p.cursors.arrivals = nullptr;
+    expect(p, status::null_pointer, "arrivals");
+  }
 
   SECTION("eager needs no buffer, commit needs no step inputs") {
     auto p = valid_mamba2();
@@ -126,19 +242,71 @@ TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu]
     CHECK(mentions(r, text));
   };
   using P = gdn_params<TestType>;
-  { P p = valid_gdn<TestType>(); p.head_k_dim = 64; expect(p, status::policy_mismatch, "head_k_dim"); }
-  { P p = valid_gdn<TestType>(); p.head_v_dim = 64; expect(p, status::policy_mismatch, "head_v_dim"); }
-  { P p = valid_gdn<TestType>(); p.num_v_heads = 6; expect(p, status::bad_shape, "multiple of num_k_heads"); }
-  { P p = valid_gdn<TestType>(); p.scale = -1.f; expect(p, status::bad_shape, "scale"); }
-  { P p = valid_gdn<TestType>(); p.state.head_stride = 128 * 64; expect(p, status::bad_stride, "overlap"); }
-  { P p = valid_gdn<TestType>(); p.state.data = fake_f + 2; expect(p, status::misaligned_pointer, "16-byte"); }
-  { P p = valid_gdn<TestType>(); p.in.beta = nullptr; expect(p, status::null_pointer, "in.beta"); }
-  { P p = valid_gdn<TestType>(); p.in.k_head_stride = 64; expect(p, status::bad_stride, "head strides"); }
-  { P p = valid_gdn<TestType>(); p.in.g_batch_stride = 1; expect(p, status::bad_stride, "batch stride"); }
-  { P p = valid_gdn<TestType>(); p.buffer.kscale = nullptr; expect(p, status::null_pointer, "buffer.kscale"); }
-  { P p = valid_gdn<TestType>(); p.buffer.v = fake_f + 3; expect(p, status::misaligned_pointer, "buffer.k and buffer.v"); }
-  { P p = valid_gdn<TestType>(); p.cursors.arrivals = nullptr; expect(p, status::null_pointer, "arrivals"); }
-  { P p = valid_gdn<TestType>(); p.rows.null_slot = 0; expect(p, status::bad_shape, "null_slot"); }
+  {
+    P p = valid_gdn<TestType>();
+    p.head_k_dim = 64;
+    expect(p, status::policy_mismatch, "head_k_dim");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.head_v_dim = 64;
+    expect(p, status::policy_mismatch, "head_v_dim");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.num_v_heads = 6;
+    expect(p, status::bad_shape, "multiple of num_k_heads");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.scale = -1.f;
+    expect(p, status::bad_shape, "scale");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.state.head_stride = 128 * 64;
+    expect(p, status::bad_stride, "overlap");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.state.data = fake_f + 2;
+    expect(p, status::misaligned_pointer, "16-byte");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.in.beta = nullptr;
+    expect(p, status::null_pointer, "in.beta");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.in.k_head_stride = 64;
+    expect(p, status::bad_stride, "head strides");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.in.g_batch_stride = 1;
+    expect(p, status::bad_stride, "batch stride");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.buffer.kscale = nullptr;
+    expect(p, status::null_pointer, "buffer.kscale");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.buffer.v = fake_f + 3;
+    expect(p, status::misaligned_pointer, "buffer.k and buffer.v");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.cursors.arrivals = nullptr;
+    expect(p, status::null_pointer, "arrivals");
+  }
+  {
+    P p = valid_gdn<TestType>();
+    p.rows.null_slot = 0;
+    expect(p, status::bad_shape, "null_slot");
+  }
 }
 
 TEST_CASE("status names", "[cpu][checks]") {

@@ -1,34 +1,33 @@
 // Shared pieces of the GPU tests: checked CUDA calls, device arrays, random inputs, errors.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <replayssm/replayssm.cuh>
 #include <string>
 #include <vector>
 
-#include <replayssm/replayssm.cuh>
-
 namespace rtest {
 
-#define RTEST_CUDA(expr)                                                                 \
-  do {                                                                                   \
-    const cudaError_t rtest_e_ = (expr);                                                 \
-    INFO(#expr << " -> " << cudaGetErrorString(rtest_e_));                               \
-    REQUIRE(rtest_e_ == cudaSuccess);                                                    \
+#define RTEST_CUDA(expr)                                   \
+  do {                                                     \
+    const cudaError_t rtest_e_ = (expr);                   \
+    INFO(#expr << " -> " << cudaGetErrorString(rtest_e_)); \
+    REQUIRE(rtest_e_ == cudaSuccess);                      \
   } while (0)
 
-#define RTEST_OK(expr)                                                    \
-  do {                                                                    \
-    const replayssm::result rtest_r_ = (expr);                            \
-    INFO(#expr << " -> " << rtest_r_.message);                            \
-    REQUIRE(rtest_r_.ok());                                               \
+#define RTEST_OK(expr)                         \
+  do {                                         \
+    const replayssm::result rtest_r_ = (expr); \
+    INFO(#expr << " -> " << rtest_r_.message); \
+    REQUIRE(rtest_r_.ok());                    \
   } while (0)
 
 inline float host_to_float(float v) { return v; }
@@ -36,9 +35,12 @@ inline float host_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 inline float host_to_float(__half v) { return __half2float(v); }
 template <class T>
 T host_from_float(float v) {
-  if constexpr (std::is_same<T, float>::value) return v;
-  else if constexpr (std::is_same<T, __nv_bfloat16>::value) return __float2bfloat16_rn(v);
-  else return __float2half_rn(v);
+  if constexpr (std::is_same<T, float>::value)
+    return v;
+  else if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    return __float2bfloat16_rn(v);
+  else
+    return __float2half_rn(v);
 }
 
 /// An owning device array; contents start as random bytes' worth of garbage set by the caller.
@@ -52,13 +54,18 @@ struct dev_array {
   }
   dev_array(const dev_array&) = delete;
   dev_array& operator=(const dev_array&) = delete;
-  dev_array(dev_array&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr; o.n = 0; }
+  dev_array(dev_array&& o) noexcept : ptr(o.ptr), n(o.n) {
+    o.ptr = nullptr;
+    o.n = 0;
+  }
   dev_array& operator=(dev_array&& o) noexcept {
     std::swap(ptr, o.ptr);
     std::swap(n, o.n);
     return *this;
   }
-  ~dev_array() { if (ptr) cudaFree(ptr); }
+  ~dev_array() {
+    if (ptr) cudaFree(ptr);
+  }
   size_t bytes() const { return n * sizeof(T); }
   void upload(const std::vector<T>& h) {
     REQUIRE(h.size() == n);

@@ -18,12 +18,12 @@ struct slot_region {
 };
 
 struct replay_run_config {
-  int nseq = 2;        // active sequences
-  int nnull = 1;       // null rows in every batch
-  int num_slots = 7;   // pool size (larger than the batch)
+  int nseq = 2;       // active sequences
+  int nnull = 1;      // null rows in every batch
+  int num_slots = 7;  // pool size (larger than the batch)
   int steps = 2048;
-  double tol = 2e-5;        // relative L2 error of each step's outputs
-  double state_tol = 2e-5;  // relative L2 error of a materialized (fp32) state
+  double tol = 2e-5;            // relative L2 error of each step's outputs
+  double state_tol = 2e-5;      // relative L2 error of a materialized (fp32) state
   int flush_every = 257;        // explicit commit of a random subset this often
   int materialize_every = 509;  // compare the materialized state this often
 };
@@ -107,7 +107,8 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
     RTEST_OK(c.eager(slot_idx.ptr, batch, null_slot));
     std::vector<std::future<void>> jobs;
     for (int s = 0; s < cfg.nseq; ++s)
-      jobs.push_back(std::async(std::launch::async, [&, s] { c.ref_step(ref[s], steps[s], yref[s]); }));
+      jobs.push_back(
+          std::async(std::launch::async, [&, s] { c.ref_step(ref[s], steps[s], yref[s]); }));
     for (auto& j : jobs) j.get();
     RTEST_CUDA(cudaDeviceSynchronize());
     c.download_outputs();

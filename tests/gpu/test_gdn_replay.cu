@@ -52,16 +52,25 @@ struct gdn_case {
     hv.assign(size_t(b) * Hv * VD, T{});
     hg.assign(size_t(b) * Hv, 0.f);
     hbeta = hg;
-    q = dev_array<T>(hq.size()); k = dev_array<T>(hk.size()); v = dev_array<T>(hv.size());
-    g = dev_array<float>(hg.size()); beta = dev_array<float>(hbeta.size());
-    out_r = dev_array<T>(hv.size()); out_e = dev_array<T>(hv.size());
+    q = dev_array<T>(hq.size());
+    k = dev_array<T>(hk.size());
+    v = dev_array<T>(hv.size());
+    g = dev_array<float>(hg.size());
+    beta = dev_array<float>(hbeta.size());
+    out_r = dev_array<T>(hv.size());
+    out_e = dev_array<T>(hv.size());
   }
   std::vector<rtest::slot_region> slot_regions() const {
     const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
-    return {{pool_r.ptr, state_elems() * 4}, {pool_e.ptr, state_elems() * 4},
-            {bk.ptr, size_t(L) * Hk * KD * sizeof(T)}, {bks.ptr, size_t(L) * Hk * 4},
-            {bv.ptr, size_t(L) * Hv * VD * sizeof(T)}, {bg.ptr, size_t(L) * Hv * 4},
-            {bbeta.ptr, size_t(L) * Hv * 4}, {cursor.ptr, 4}, {arrivals.ptr, 4}};
+    return {{pool_r.ptr, state_elems() * 4},
+            {pool_e.ptr, state_elems() * 4},
+            {bk.ptr, size_t(L) * Hk * KD * sizeof(T)},
+            {bks.ptr, size_t(L) * Hk * 4},
+            {bv.ptr, size_t(L) * Hv * VD * sizeof(T)},
+            {bg.ptr, size_t(L) * Hv * 4},
+            {bbeta.ptr, size_t(L) * Hv * 4},
+            {cursor.ptr, 4},
+            {arrivals.ptr, 4}};
   }
   ref_state random_state(std::mt19937_64& rng) const {
     std::normal_distribution<double> nd(0, 0.3);
@@ -77,7 +86,8 @@ struct gdn_case {
     std::vector<float> d(state_elems());
     for (int h = 0; h < cfg.num_v_heads; ++h)
       for (int i = 0; i < KD; ++i)
-        for (int j = 0; j < VD; ++j) d[dev_index(h, i, j)] = float(s[(size_t(h) * KD + i) * VD + j]);
+        for (int j = 0; j < VD; ++j)
+          d[dev_index(h, i, j)] = float(s[(size_t(h) * KD + i) * VD + j]);
     return d;
   }
   ref_state from_device_layout(const float* d) const {
@@ -94,7 +104,11 @@ struct gdn_case {
     std::uniform_real_distribution<double> ua(-3.0, 1.0);
     step_t s;
     const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
-    s.q.resize(Hk * KD); s.k.resize(Hk * KD); s.v.resize(Hv * VD); s.g.resize(Hv); s.beta.resize(Hv);
+    s.q.resize(Hk * KD);
+    s.k.resize(Hk * KD);
+    s.v.resize(Hv * VD);
+    s.g.resize(Hv);
+    s.beta.resize(Hv);
     for (auto& x : s.q) x = rtest::draw<T>(rng, nd);
     for (auto& x : s.k) x = rtest::draw<T>(rng, nd);
     for (auto& x : s.v) x = rtest::draw<T>(rng, nd);
@@ -110,14 +124,24 @@ struct gdn_case {
       hq[b * Hk * KD + i] = rtest::host_from_float<T>(float(s.q[i]));
       hk[b * Hk * KD + i] = rtest::host_from_float<T>(float(s.k[i]));
     }
-    for (int i = 0; i < Hv * VD; ++i) hv[b * Hv * VD + i] = rtest::host_from_float<T>(float(s.v[i]));
+    for (int i = 0; i < Hv * VD; ++i)
+      hv[b * Hv * VD + i] = rtest::host_from_float<T>(float(s.v[i]));
     for (int h = 0; h < Hv; ++h) {
       hg[b * Hv + h] = float(s.g[h]);
       hbeta[b * Hv + h] = float(s.beta[h]);
     }
   }
-  void upload_inputs() { q.upload(hq); k.upload(hk); v.upload(hv); g.upload(hg); beta.upload(hbeta); }
-  void poison_outputs() { out_r.poison(); out_e.poison(); }
+  void upload_inputs() {
+    q.upload(hq);
+    k.upload(hk);
+    v.upload(hv);
+    g.upload(hg);
+    beta.upload(hbeta);
+  }
+  void poison_outputs() {
+    out_r.poison();
+    out_e.poison();
+  }
 
   state_pool_ref rows_pool(float* d, int rows) const {
     return kv ? state_pool_ref{d, int64_t(state_elems()), int64_t(KD) * VD, VD, rows}
@@ -127,14 +151,28 @@ struct gdn_case {
                             T* out) const {
     const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
     gdn_params<Policy> p;
-    p.num_k_heads = Hk; p.num_v_heads = Hv; p.head_k_dim = KD; p.head_v_dim = VD;
-    p.l2norm_qk = true; p.scale = 0.f;
-    p.in.q = q.ptr; p.in.q_batch_stride = Hk * KD; p.in.q_head_stride = KD;
-    p.in.k = k.ptr; p.in.k_batch_stride = Hk * KD; p.in.k_head_stride = KD;
-    p.in.v = v.ptr; p.in.v_batch_stride = Hv * VD; p.in.v_head_stride = VD;
-    p.in.g = g.ptr; p.in.g_batch_stride = Hv;
-    p.in.beta = beta.ptr; p.in.beta_batch_stride = Hv;
-    p.in.out = out; p.in.out_batch_stride = Hv * VD; p.in.out_head_stride = VD;
+    p.num_k_heads = Hk;
+    p.num_v_heads = Hv;
+    p.head_k_dim = KD;
+    p.head_v_dim = VD;
+    p.l2norm_qk = true;
+    p.scale = 0.f;
+    p.in.q = q.ptr;
+    p.in.q_batch_stride = Hk * KD;
+    p.in.q_head_stride = KD;
+    p.in.k = k.ptr;
+    p.in.k_batch_stride = Hk * KD;
+    p.in.k_head_stride = KD;
+    p.in.v = v.ptr;
+    p.in.v_batch_stride = Hv * VD;
+    p.in.v_head_stride = VD;
+    p.in.g = g.ptr;
+    p.in.g_batch_stride = Hv;
+    p.in.beta = beta.ptr;
+    p.in.beta_batch_stride = Hv;
+    p.in.out = out;
+    p.in.out_batch_stride = Hv * VD;
+    p.in.out_head_stride = VD;
     p.rows = {slot_idx, null_slot, rows};
     p.state = rows_pool(pool, num_slots);
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
@@ -151,7 +189,8 @@ struct gdn_case {
     return replayssm::commit(params(pool_r.ptr, idx, rows, ns, out_r.ptr), 0);
   }
   result materialize(const int32_t* idx, int rows, float* dest) {
-    return replayssm::materialize(params(pool_r.ptr, idx, rows, -1, out_r.ptr), rows_pool(dest, rows), 0);
+    return replayssm::materialize(params(pool_r.ptr, idx, rows, -1, out_r.ptr),
+                                  rows_pool(dest, rows), 0);
   }
   result load(const int32_t* idx, int rows, const float* src) {
     return load_state(params(pool_r.ptr, idx, rows, -1, out_r.ptr),
@@ -160,7 +199,10 @@ struct gdn_case {
   void ref_step(ref_state& s, const step_t& st, std::vector<double>& y) const {
     ref::gdn_eager_step(cfg, st, s, y);
   }
-  void download_outputs() { hout_r = out_r.download(); hout_e = out_e.download(); }
+  void download_outputs() {
+    hout_r = out_r.download();
+    hout_e = out_e.download();
+  }
   std::vector<double> row(const std::vector<T>& h, int b) const {
     const size_t n = size_t(cfg.num_v_heads) * VD;
     std::vector<double> r(n);
@@ -206,19 +248,22 @@ TEMPLATE_TEST_CASE("gated deltanet replay equals eager and the float64 reference
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const auto cfg = rtest::default_run_config<typename TestType::input_type>();
-  struct shape { int Hk, Hv; const char* name; };
+  struct shape {
+    int Hk, Hv;
+    const char* name;
+  };
   for (const shape s : {shape{16, 32, "Qwen3-Next-like 16/32/128/128"},
                         shape{16, 64, "Qwen3.5-122B-like 16/64/128/128"}}) {
     SECTION(s.name) {
       gdn_case<TestType> c(s.Hk, s.Hv);
       const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
-      std::printf("[gdn K=%d L=%d %s %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
-                  "replay-eager %.2e state %.2e\n",
-                  TestType::commit_interval, TestType::buffer_len,
-                  TestType::rule::layout == state_layout::kv ? "kv" : "vk",
-                  sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
-                  rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager,
-                  rep.max_state_err);
+      std::printf(
+          "[gdn K=%d L=%d %s %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
+          "replay-eager %.2e state %.2e\n",
+          TestType::commit_interval, TestType::buffer_len,
+          TestType::rule::layout == state_layout::kv ? "kv" : "vk",
+          sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
+          rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
     }
   }
 }

@@ -46,9 +46,12 @@ struct mamba2_case {
       w.dt_bias[h] = fb[h];
       w.D[h] = fd[h];
     }
-    A = dev_array<float>(H); A.upload(fa);
-    dt_bias = dev_array<float>(H); dt_bias.upload(fb);
-    D = dev_array<float>(H); D.upload(fd);
+    A = dev_array<float>(H);
+    A.upload(fa);
+    dt_bias = dev_array<float>(H);
+    dt_bias.upload(fb);
+    D = dev_array<float>(H);
+    D.upload(fd);
     pool_r = dev_array<float>(slots * state_elems());
     pool_e = dev_array<float>(slots * state_elems());
     bx = dev_array<T>(size_t(slots) * L * H * P);
@@ -66,15 +69,23 @@ struct mamba2_case {
     hdt.assign(size_t(b) * H, T{});
     hB.assign(size_t(b) * G * N, T{});
     hC = hB;
-    x = dev_array<T>(hx.size()); z = dev_array<T>(hz.size()); dt = dev_array<T>(hdt.size());
-    B = dev_array<T>(hB.size()); C = dev_array<T>(hC.size());
-    out_r = dev_array<T>(hx.size()); out_e = dev_array<T>(hx.size());
+    x = dev_array<T>(hx.size());
+    z = dev_array<T>(hz.size());
+    dt = dev_array<T>(hdt.size());
+    B = dev_array<T>(hB.size());
+    C = dev_array<T>(hC.size());
+    out_r = dev_array<T>(hx.size());
+    out_e = dev_array<T>(hx.size());
   }
   std::vector<rtest::slot_region> slot_regions() const {
     const int H = cfg.nheads, G = cfg.ngroups;
-    return {{pool_r.ptr, state_elems() * 4}, {pool_e.ptr, state_elems() * 4},
-            {bx.ptr, size_t(L) * H * P * sizeof(T)}, {bB.ptr, size_t(L) * G * N * sizeof(T)},
-            {bdt.ptr, size_t(L) * H * 4}, {cursor.ptr, 4}, {arrivals.ptr, 4}};
+    return {{pool_r.ptr, state_elems() * 4},
+            {pool_e.ptr, state_elems() * 4},
+            {bx.ptr, size_t(L) * H * P * sizeof(T)},
+            {bB.ptr, size_t(L) * G * N * sizeof(T)},
+            {bdt.ptr, size_t(L) * H * 4},
+            {cursor.ptr, 4},
+            {arrivals.ptr, 4}};
   }
   ref_state random_state(std::mt19937_64& rng) const {
     std::normal_distribution<double> nd(0, 0.5);
@@ -91,7 +102,11 @@ struct mamba2_case {
     std::uniform_real_distribution<double> udt(-4, 1);
     step_t s;
     const int H = cfg.nheads, G = cfg.ngroups;
-    s.x.resize(H * P); s.z.resize(H * P); s.dt.resize(H); s.B.resize(G * N); s.C.resize(G * N);
+    s.x.resize(H * P);
+    s.z.resize(H * P);
+    s.dt.resize(H);
+    s.B.resize(G * N);
+    s.C.resize(G * N);
     for (auto& v : s.x) v = rtest::draw<T>(rng, nd);
     for (auto& v : s.z) v = rtest::draw<T>(rng, nd);
     for (auto& v : s.dt) v = rtest::draw<T>(rng, udt);
@@ -111,21 +126,47 @@ struct mamba2_case {
       hC[b * G * N + i] = rtest::host_from_float<T>(float(s.C[i]));
     }
   }
-  void upload_inputs() { x.upload(hx); z.upload(hz); dt.upload(hdt); B.upload(hB); C.upload(hC); }
-  void poison_outputs() { out_r.poison(); out_e.poison(); }
+  void upload_inputs() {
+    x.upload(hx);
+    z.upload(hz);
+    dt.upload(hdt);
+    B.upload(hB);
+    C.upload(hC);
+  }
+  void poison_outputs() {
+    out_r.poison();
+    out_e.poison();
+  }
 
   mamba2_params<Policy> params(float* pool, const int32_t* slot_idx, int rows, int32_t null_slot,
                                T* out) const {
     const int H = cfg.nheads, G = cfg.ngroups;
     mamba2_params<Policy> p;
-    p.nheads = H; p.ngroups = G; p.headdim = P; p.dstate = N;
+    p.nheads = H;
+    p.ngroups = G;
+    p.headdim = P;
+    p.dstate = N;
     p.weights = {A.ptr, dt_bias.ptr, D.ptr, true};
-    p.in.x = x.ptr; p.in.x_batch_stride = H * P; p.in.x_head_stride = P;
-    p.in.dt = dt.ptr; p.in.dt_batch_stride = H; p.in.dt_head_stride = 1;
-    p.in.B = B.ptr; p.in.B_batch_stride = G * N; p.in.B_group_stride = N;
-    p.in.C = C.ptr; p.in.C_batch_stride = G * N; p.in.C_group_stride = N;
-    if (cfg.has_z) { p.in.z = z.ptr; p.in.z_batch_stride = H * P; p.in.z_head_stride = P; }
-    p.in.out = out; p.in.out_batch_stride = H * P; p.in.out_head_stride = P;
+    p.in.x = x.ptr;
+    p.in.x_batch_stride = H * P;
+    p.in.x_head_stride = P;
+    p.in.dt = dt.ptr;
+    p.in.dt_batch_stride = H;
+    p.in.dt_head_stride = 1;
+    p.in.B = B.ptr;
+    p.in.B_batch_stride = G * N;
+    p.in.B_group_stride = N;
+    p.in.C = C.ptr;
+    p.in.C_batch_stride = G * N;
+    p.in.C_group_stride = N;
+    if (cfg.has_z) {
+      p.in.z = z.ptr;
+      p.in.z_batch_stride = H * P;
+      p.in.z_head_stride = P;
+    }
+    p.in.out = out;
+    p.in.out_batch_stride = H * P;
+    p.in.out_head_stride = P;
     p.rows = {slot_idx, null_slot, rows};
     p.state = {pool, int64_t(state_elems()), int64_t(P) * N, N, num_slots};
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
@@ -145,7 +186,8 @@ struct mamba2_case {
     return {d, int64_t(state_elems()), int64_t(P) * N, N, rows};
   }
   result materialize(const int32_t* idx, int rows, float* dest) {
-    return replayssm::materialize(params(pool_r.ptr, idx, rows, -1, out_r.ptr), rows_pool(dest, rows), 0);
+    return replayssm::materialize(params(pool_r.ptr, idx, rows, -1, out_r.ptr),
+                                  rows_pool(dest, rows), 0);
   }
   result load(const int32_t* idx, int rows, const float* src) {
     return load_state(params(pool_r.ptr, idx, rows, -1, out_r.ptr),
@@ -154,7 +196,10 @@ struct mamba2_case {
   void ref_step(ref_state& s, const step_t& st, std::vector<double>& y) const {
     ref::mamba2_eager_step(cfg, w, st, s, y);
   }
-  void download_outputs() { hout_r = out_r.download(); hout_e = out_e.download(); }
+  void download_outputs() {
+    hout_r = out_r.download();
+    hout_e = out_e.download();
+  }
   std::vector<double> row(const std::vector<T>& h, int b) const {
     const size_t n = size_t(cfg.nheads) * P;
     std::vector<double> r(n);
@@ -197,18 +242,22 @@ TEMPLATE_TEST_CASE("mamba2 replay equals eager and the float64 reference over 20
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const auto cfg = rtest::default_run_config<typename TestType::input_type>();
-  struct shape { int H, G; bool z; const char* name; };
+  struct shape {
+    int H, G;
+    bool z;
+    const char* name;
+  };
   for (const shape s : {shape{128, 8, true, "Nemotron-3-Super-like 128/64/128/8 with z"},
                         shape{80, 1, false, "Mamba-2 2.7B 80/64/128/1"}}) {
     SECTION(s.name) {
       mamba2_case<TestType> c(s.H, s.G, s.z);
       const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
-      std::printf("[mamba2 K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
-                  "replay-eager %.2e state %.2e\n",
-                  TestType::commit_interval, TestType::buffer_len,
-                  sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
-                  rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager,
-                  rep.max_state_err);
+      std::printf(
+          "[mamba2 K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
+          "replay-eager %.2e state %.2e\n",
+          TestType::commit_interval, TestType::buffer_len,
+          sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
+          rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
     }
   }
 }

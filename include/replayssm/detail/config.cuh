@@ -10,7 +10,8 @@
 #error "ReplaySSM needs C++17: compile with -std=c++17 (nvcc: -std=c++17)."
 #endif
 #if !defined(__CUDACC__)
-#error "ReplaySSM's kernel headers must be compiled by a CUDA compiler (nvcc): put the #include in a .cu file. Only <replayssm/reference.hpp> is plain C++."
+#error \
+    "ReplaySSM's kernel headers must be compiled by a CUDA compiler (nvcc): put the #include in a .cu file. Only <replayssm/reference.hpp> is plain C++."
 #endif
 #if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ < 12)
 #error "ReplaySSM needs CUDA 12 or newer."

@@ -32,7 +32,9 @@ struct gdn_agent {
   static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
-  static_assert(VD % VT == 0, "gated_deltanet: the policy's Tile (columns of V per block) must divide head_v_dim.");
+  static_assert(
+      VD % VT == 0,
+      "gated_deltanet: the policy's Tile (columns of V per block) must divide head_v_dim.");
   static_assert(VT <= NT && KD <= NT,
                 "gated_deltanet: the policy's Tile and head_k_dim must not exceed BlockThreads.");
 
@@ -43,10 +45,10 @@ struct gdn_agent {
     alignas(16) float v[S][VT];  // v_j, this block's columns
     alignas(16) float g[S];
     alignas(16) float beta[S];
-    alignas(16) float c[S];      // beta_j (k_j . r_j) from the sweep
-    alignas(16) float ksc[S];    // normalisation factor of k_j
-    alignas(16) float q[KD];     // normalised, scaled q
-    alignas(16) float r[KD];     // M_1 ... M_n q
+    alignas(16) float c[S];    // beta_j (k_j . r_j) from the sweep
+    alignas(16) float ksc[S];  // normalisation factor of k_j
+    alignas(16) float q[KD];   // normalised, scaled q
+    alignas(16) float r[KD];   // M_1 ... M_n q
     alignas(16) float o[VT];
     alignas(16) float kh[VT];
     alignas(16) float u[VT];
@@ -104,7 +106,8 @@ struct gdn_agent {
         k_cur = to_float(p.in.k[b * p.in.k_batch_stride + hk * p.in.k_head_stride + threadIdx.x]);
       }
       if (threadIdx.x < VT)
-        v_cur = to_float(p.in.v[b * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + threadIdx.x]);
+        v_cur =
+            to_float(p.in.v[b * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + threadIdx.x]);
       g_cur = p.in.g[b * p.in.g_batch_stride + hv];
       beta_cur = p.in.beta[b * p.in.beta_batch_stride + hv];
     }
@@ -114,8 +117,8 @@ struct gdn_agent {
     const int m = n + (has_current ? 1 : 0);
 
     if (Op != op::eager) {
-      stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD,
-                            int64_t(Hk) * KD, n);
+      stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD,
+                            n);
       stage_rows<S, VT, NT>(s.v, p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0,
                             int64_t(Hv) * VD, n);
       if (int(threadIdx.x) < n) {

@@ -12,24 +12,27 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
   using rule = typename Policy::rule;
   constexpr bool kv = rule::layout == state_layout::kv;
   if (p.head_k_dim != rule::head_k_dim)
-    return fail(status::policy_mismatch, "gated_deltanet: head_k_dim differs from the policy's KDim");
+    return fail(status::policy_mismatch,
+                "gated_deltanet: head_k_dim differs from the policy's KDim");
   if (p.head_v_dim != rule::head_v_dim)
-    return fail(status::policy_mismatch, "gated_deltanet: head_v_dim differs from the policy's VDim");
+    return fail(status::policy_mismatch,
+                "gated_deltanet: head_v_dim differs from the policy's VDim");
   if (p.num_k_heads <= 0 || p.num_v_heads <= 0)
     return fail(status::bad_shape, "gated_deltanet: num_k_heads and num_v_heads must be positive");
   if (p.num_v_heads % p.num_k_heads != 0)
     return fail(status::bad_shape, "gated_deltanet: num_v_heads must be a multiple of num_k_heads");
   if (int64_t(p.num_v_heads) * (rule::head_v_dim / Policy::tile) > 2147483647)
     return fail(status::bad_shape, "gated_deltanet: too many heads for one launch");
-  if (!(p.scale >= 0.f)) return fail(status::bad_shape, "gated_deltanet: scale must be >= 0 (0 = default)");
-  if (auto r = detail::check_pool(p.state, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
-                                  kv ? rule::head_v_dim : rule::head_k_dim,
-                                  "gated_deltanet: state.data is null",
-                                  "gated_deltanet: state.data must be 16-byte aligned and its "
-                                  "strides multiples of 4 elements (float4 rows)",
-                                  "gated_deltanet: state strides overlap: need row_stride >= the "
-                                  "contiguous dim, head_stride >= rows * row_stride, slot_stride >= "
-                                  "num_v_heads * head_stride");
+  if (!(p.scale >= 0.f))
+    return fail(status::bad_shape, "gated_deltanet: scale must be >= 0 (0 = default)");
+  if (auto r = detail::check_pool(
+          p.state, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
+          kv ? rule::head_v_dim : rule::head_k_dim, "gated_deltanet: state.data is null",
+          "gated_deltanet: state.data must be 16-byte aligned and its "
+          "strides multiples of 4 elements (float4 rows)",
+          "gated_deltanet: state strides overlap: need row_stride >= the "
+          "contiguous dim, head_stride >= rows * row_stride, slot_stride >= "
+          "num_v_heads * head_stride");
       !r)
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
@@ -46,15 +49,18 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
          p.in.v_batch_stride < int64_t(p.num_v_heads) * p.in.v_head_stride ||
          p.in.out_batch_stride < int64_t(p.num_v_heads) * p.in.out_head_stride ||
          p.in.g_batch_stride < p.num_v_heads || p.in.beta_batch_stride < p.num_v_heads))
-      return fail(status::bad_stride, "gated_deltanet: a batch stride is smaller than one row's extent");
+      return fail(status::bad_stride,
+                  "gated_deltanet: a batch stride is smaller than one row's extent");
   }
   if (needs_buffer) {
     if (!p.buffer.k || !p.buffer.kscale || !p.buffer.v || !p.buffer.g || !p.buffer.beta)
       return fail(status::null_pointer,
-                  "gated_deltanet: buffer.k, buffer.kscale, buffer.v, buffer.g and buffer.beta are required");
+                  "gated_deltanet: buffer.k, buffer.kscale, buffer.v, buffer.g and buffer.beta are "
+                  "required");
     if (!detail::aligned(p.buffer.k, 16) || !detail::aligned(p.buffer.v, 16))
-      return fail(status::misaligned_pointer,
-                  "gated_deltanet: buffer.k and buffer.v must be 16-byte aligned (rows load as 16 bytes)");
+      return fail(
+          status::misaligned_pointer,
+          "gated_deltanet: buffer.k and buffer.v must be 16-byte aligned (rows load as 16 bytes)");
     if (auto r = detail::check_cursors(p.cursors); !r) return r;
   }
   return detail::ok();
@@ -78,15 +84,18 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
         !r)
       return r;
     if (other.num_slots < p.rows.batch)
-      return fail(status::bad_shape, "gated_deltanet: the caller's state buffer has fewer rows than batch");
+      return fail(status::bad_shape,
+                  "gated_deltanet: the caller's state buffer has fewer rows than batch");
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
   if (p.rows.batch == 0) return ok();
-  const dim3 grid(unsigned(p.num_v_heads) * (rule::head_v_dim / Policy::tile), unsigned(p.rows.batch));
+  const dim3 grid(unsigned(p.num_v_heads) * (rule::head_v_dim / Policy::tile),
+                  unsigned(p.rows.batch));
   if constexpr (Policy::pipeline_stages >= 2 && (Op == op::eager || Op == op::decode)) {
     using tile_t = typename gdn_agent<Policy, Op>::tile_t;
-    const size_t smem = size_t(Policy::pipeline_stages) * tile_t::frags * Policy::block_threads * 16;
+    const size_t smem =
+        size_t(Policy::pipeline_stages) * tile_t::frags * Policy::block_threads * 16;
     int blocks = 0;
     if (auto r = persistent_grid(gdn_pipelined_kernel<Policy, Op>, Policy::block_threads, smem,
                                  int(grid.x * grid.y), blocks);

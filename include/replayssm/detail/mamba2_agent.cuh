@@ -36,7 +36,7 @@ struct mamba2_agent {
     alignas(16) float w[S];      // replay weights exp(L_j) dt_j (B_j . C)
     alignas(16) float C[N];
     alignas(16) float y[TR];
-    float decay;     // exp(sum_j A dt_j)
+    float decay;  // exp(sum_j A dt_j)
   };
 
   shared_storage& s;
@@ -89,7 +89,8 @@ struct mamba2_agent {
         c_cur = to_float(p.in.C[cg + threadIdx.x]);
       }
       if (threadIdx.x < TR)
-        x_cur = to_float(p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x]);
+        x_cur =
+            to_float(p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x]);
       dt_cur = to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
       if (p.weights.dt_bias) dt_cur += p.weights.dt_bias[h];
       if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
@@ -105,7 +106,8 @@ struct mamba2_agent {
                            int64_t(p.ngroups) * N, n);
       stage_rows<S, TR, NT>(s.x, p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0,
                             int64_t(H) * P, n);
-      if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
+      if (int(threadIdx.x) < n)
+        s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
     }
     if (has_current) {
       if (threadIdx.x < N) {
@@ -120,9 +122,9 @@ struct mamba2_agent {
     if (commit) {
       for (int j = 0; j < m; ++j) tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
       if (Op == op::materialize) {
-        tile.store(other.data + b * other.slot_stride + h * other.head_stride +
-                       row0 * other.row_stride,
-                   other.row_stride);
+        tile.store(
+            other.data + b * other.slot_stride + h * other.head_stride + row0 * other.row_stride,
+            other.row_stride);
         return;
       }
       tile.store(ckpt, p.state.row_stride);

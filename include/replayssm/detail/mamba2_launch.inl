@@ -31,7 +31,8 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
       !r)
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
-  if (needs_weights && p.weights.A == nullptr) return fail(status::null_pointer, "mamba2: weights.A is null");
+  if (needs_weights && p.weights.A == nullptr)
+    return fail(status::null_pointer, "mamba2: weights.A is null");
   if (needs_step) {
     if (!p.in.x || !p.in.dt || !p.in.B || !p.in.C || !p.in.out)
       return fail(status::null_pointer, "mamba2: in.x, in.dt, in.B, in.C and in.out are required");
@@ -40,11 +41,10 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
       return fail(status::bad_stride, "mamba2: x/z/out head strides must be at least headdim");
     if (p.in.B_group_stride < rule::dstate || p.in.C_group_stride < rule::dstate)
       return fail(status::bad_stride, "mamba2: B/C group strides must be at least dstate");
-    if (p.rows.batch > 1 &&
-        (p.in.x_batch_stride < int64_t(p.nheads) * p.in.x_head_stride ||
-         p.in.out_batch_stride < int64_t(p.nheads) * p.in.out_head_stride ||
-         p.in.B_batch_stride < int64_t(p.ngroups) * p.in.B_group_stride ||
-         p.in.C_batch_stride < int64_t(p.ngroups) * p.in.C_group_stride))
+    if (p.rows.batch > 1 && (p.in.x_batch_stride < int64_t(p.nheads) * p.in.x_head_stride ||
+                             p.in.out_batch_stride < int64_t(p.nheads) * p.in.out_head_stride ||
+                             p.in.B_batch_stride < int64_t(p.ngroups) * p.in.B_group_stride ||
+                             p.in.C_batch_stride < int64_t(p.ngroups) * p.in.C_group_stride))
       return fail(status::bad_stride, "mamba2: a batch stride is smaller than one row's extent");
   }
   if (needs_buffer) {
@@ -79,10 +79,12 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
   if (p.rows.batch == 0) return ok();
-  const dim3 grid(unsigned(p.nheads) * (Policy::rule::headdim / Policy::tile), unsigned(p.rows.batch));
+  const dim3 grid(unsigned(p.nheads) * (Policy::rule::headdim / Policy::tile),
+                  unsigned(p.rows.batch));
   if constexpr (Policy::pipeline_stages >= 2 && (Op == op::eager || Op == op::decode)) {
     using tile_t = typename mamba2_agent<Policy, Op>::tile_t;
-    const size_t smem = size_t(Policy::pipeline_stages) * tile_t::frags * Policy::block_threads * 16;
+    const size_t smem =
+        size_t(Policy::pipeline_stages) * tile_t::frags * Policy::block_threads * 16;
     int blocks = 0;
     if (auto r = persistent_grid(mamba2_pipelined_kernel<Policy, Op>, Policy::block_threads, smem,
                                  int(grid.x * grid.y), blocks);
@@ -109,7 +111,8 @@ result commit(const mamba2_params<Policy>& p, cudaStream_t stream) {
   return detail::launch_mamba2<Policy, detail::op::flush>(p, state_pool_ref{}, stream);
 }
 template <class Policy>
-result materialize(const mamba2_params<Policy>& p, const state_pool_ref& dest, cudaStream_t stream) {
+result materialize(const mamba2_params<Policy>& p, const state_pool_ref& dest,
+                   cudaStream_t stream) {
   return detail::launch_mamba2<Policy, detail::op::materialize>(p, dest, stream);
 }
 template <class Policy>

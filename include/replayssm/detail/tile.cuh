@@ -17,11 +17,17 @@ REPLAYSSM_DEVICE float to_float(__half v) { return __half2float(v); }
 template <class T>
 REPLAYSSM_DEVICE T from_float(float v);
 template <>
-REPLAYSSM_DEVICE float from_float<float>(float v) { return v; }
+REPLAYSSM_DEVICE float from_float<float>(float v) {
+  return v;
+}
 template <>
-REPLAYSSM_DEVICE __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+REPLAYSSM_DEVICE __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-REPLAYSSM_DEVICE __half from_float<__half>(float v) { return __float2half_rn(v); }
+REPLAYSSM_DEVICE __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 /// softplus as vLLM computes it: x above 20 passes through.
 REPLAYSSM_DEVICE float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
@@ -207,7 +213,8 @@ namespace detail {
 template <int S, int W, int NT, class T>
 REPLAYSSM_DEVICE void stage_rows(float (*dst)[W], const T* src, int64_t stride, int n) {
   constexpr int vec = 16 / sizeof(T);
-  static_assert(W % vec == 0, "stage_rows: a buffered row must be a whole number of 16-byte chunks");
+  static_assert(W % vec == 0,
+                "stage_rows: a buffered row must be a whole number of 16-byte chunks");
   constexpr int chunks_per_row = W / vec;
   constexpr int iters = (S * chunks_per_row + NT - 1) / NT;
   const int chunks = n * chunks_per_row;

@@ -33,11 +33,15 @@ inline result check_pool(const state_pool_ref& pool, int heads, int rows, int co
 /// Checks the batch rows against the pool they index.
 inline result check_rows(const batch_ref& rows, int32_t num_slots) {
   if (rows.batch < 0) return fail(status::bad_shape, "batch must not be negative");
-  if (rows.batch > 65535) return fail(status::bad_shape, "batch above 65535 rows per launch is not supported; split the launch");
+  if (rows.batch > 65535)
+    return fail(status::bad_shape,
+                "batch above 65535 rows per launch is not supported; split the launch");
   if (rows.null_slot >= 0 && rows.null_slot < num_slots)
-    return fail(status::bad_shape, "null_slot lies inside [0, num_slots): a real slot would be skipped");
+    return fail(status::bad_shape,
+                "null_slot lies inside [0, num_slots): a real slot would be skipped");
   if (rows.slot_idx == nullptr && rows.batch > num_slots)
-    return fail(status::too_many_slots, "batch exceeds num_slots while slot_idx is null (row b uses slot b)");
+    return fail(status::too_many_slots,
+                "batch exceeds num_slots while slot_idx is null (row b uses slot b)");
   return ok();
 }
 
@@ -49,7 +53,8 @@ inline result check_cursors(const cursor_ref& c) {
 
 inline result check_launch() {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return fail(status::cuda_error, "kernel launch failed (see cudaGetLastError)");
+  if (e != cudaSuccess)
+    return fail(status::cuda_error, "kernel launch failed (see cudaGetLastError)");
   return ok();
 }
 
@@ -70,9 +75,10 @@ result persistent_grid(Kernel kernel, int threads, size_t dyn_smem, int items, i
     return fail(status::cuda_error, "cannot query the current device");
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn_smem)) !=
       cudaSuccess)
-    return fail(status::cuda_error, "the pipelined kernel's shared memory (PipelineStages state "
-                                    "tiles) exceeds the device's limit: use fewer stages or a "
-                                    "smaller Tile");
+    return fail(status::cuda_error,
+                "the pipelined kernel's shared memory (PipelineStages state "
+                "tiles) exceeds the device's limit: use fewer stages or a "
+                "smaller Tile");
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dyn_smem) !=
           cudaSuccess ||
       per_sm < 1)

@@ -2,7 +2,6 @@
 // kernels, a kernel of the consumer's own uses a block-level building block, and a launch with
 // bad params is refused by the host checks (no GPU needed: nothing is launched).
 #include <cstdio>
-
 #include <replayssm/replayssm.cuh>
 
 using policy = replayssm::replay_policy<replayssm::rules::mamba2<64, 128>, 16, 16>;
