@@ -21,6 +21,7 @@ template <class Policy, op Op>
 struct gdn_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
+  using policy = Policy;
   using params_t = gdn_params<Policy>;
   static constexpr int KD = rule::head_k_dim;
   static constexpr int VD = rule::head_v_dim;
@@ -38,6 +39,7 @@ struct gdn_agent {
   static_assert(VT <= NT && KD <= NT,
                 "gated_deltanet: the policy's Tile and head_k_dim must not exceed BlockThreads.");
 
+  static REPLAYSSM_HD int heads(const params_t& p) { return p.num_v_heads; }  ///< heads per row
   static constexpr int tiles_per_head = VD / VT;  ///< blocks (work items) per head
 
   struct shared_storage {
@@ -233,58 +235,6 @@ struct gdn_agent {
                             commit ? 0 : n + 1);
   }
 };
-
-template <class Policy, op Op>
-REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
-    gdn_kernel(const gdn_params<Policy> p, const state_pool_ref other) {
-  using agent_t = gdn_agent<Policy, Op>;
-  __shared__ typename agent_t::shared_storage smem;
-  constexpr int tiles = Policy::rule::head_v_dim / Policy::tile;
-  agent_t{smem}.run(p, blockIdx.y, blockIdx.x / tiles, blockIdx.x % tiles, other);
-}
-
-/// Persistent, pipelined entry for eager and decode (see mamba2_pipelined_kernel).
-template <class Policy, op Op>
-REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
-    gdn_pipelined_kernel(const gdn_params<Policy> p, const state_pool_ref other) {
-  using agent_t = gdn_agent<Policy, Op>;
-  using tile_t = typename agent_t::tile_t;
-  constexpr int Z = Policy::pipeline_stages;
-  constexpr int NT = Policy::block_threads;
-  constexpr int tiles = Policy::rule::head_v_dim / Policy::tile;
-  static_assert(Z >= 2, "pipelined kernels need at least 2 stages");
-  __shared__ typename agent_t::shared_storage smem;
-  extern __shared__ float4 stages[];  // [Z][frags][NT]
-  const int per_row = p.num_v_heads * tiles;
-  const int items = p.rows.batch * per_row;
-  auto issue = [&](int item, int stage) {
-    if (item < items) {
-      const int b = item / per_row, hv = (item % per_row) / tiles, t = item % tiles;
-      const int64_t slot = agent_t::slot_of(p, b);
-      if (slot != p.rows.null_slot)
-        tile_load_async<tile_t, NT>(stages + stage * tile_t::frags * NT,
-                                    agent_t::tile_ptr(p, slot, hv, t), p.state.row_stride);
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int k = 0; k < Z - 1; ++k) issue(blockIdx.x + k * gridDim.x, k);
-  int stage = 0;
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    issue(item + (Z - 1) * gridDim.x, (stage + Z - 1) % Z);
-    cp_async_wait<Z - 1>();
-    const int b = item / per_row, hv = (item % per_row) / tiles, t = item % tiles;
-    const int64_t slot = agent_t::slot_of(p, b);
-    if (slot != p.rows.null_slot) {
-      tile_t tile;
-      tile_load_from<tile_t, NT>(tile, stages + stage * tile_t::frags * NT);
-      agent_t{smem}.process(p, b, hv, t, slot, tile, other);
-    }
-    __syncthreads();
-    stage = (stage + 1) % Z;
-  }
-  cp_async_wait<0>();
-}
 
 }  // namespace detail
 }  // namespace replayssm

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <replayssm/detail/gdn_agent.cuh>
+#include <replayssm/detail/kernels.cuh>
 #include <replayssm/detail/validate.cuh>
 
 namespace replayssm {
@@ -89,23 +90,7 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
-  if (p.rows.batch == 0) return ok();
-  const dim3 grid(unsigned(p.num_v_heads) * (rule::head_v_dim / Policy::tile),
-                  unsigned(p.rows.batch));
-  if constexpr (Policy::pipeline_stages >= 2 && (Op == op::eager || Op == op::decode)) {
-    using tile_t = typename gdn_agent<Policy, Op>::tile_t;
-    const size_t smem =
-        size_t(Policy::pipeline_stages) * tile_t::frags * Policy::block_threads * 16;
-    int blocks = 0;
-    if (auto r = persistent_grid(gdn_pipelined_kernel<Policy, Op>, Policy::block_threads, smem,
-                                 int(grid.x * grid.y), blocks);
-        !r)
-      return r;
-    gdn_pipelined_kernel<Policy, Op><<<blocks, Policy::block_threads, smem, stream>>>(p, other);
-    return check_launch();
-  }
-  gdn_kernel<Policy, Op><<<grid, Policy::block_threads, 0, stream>>>(p, other);
-  return check_launch();
+  return launch_items<gdn_agent<Policy, Op>, Op>(p, other, stream);
 }
 }  // namespace detail
 

@@ -12,6 +12,7 @@ template <class Policy, op Op>
 struct mamba2_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
+  using policy = Policy;
   using params_t = mamba2_params<Policy>;
   static constexpr int P = rule::headdim;
   static constexpr int N = rule::dstate;
@@ -27,6 +28,7 @@ struct mamba2_agent {
   static_assert(TR <= NT && N <= NT,
                 "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
+  static REPLAYSSM_HD int heads(const params_t& p) { return p.nheads; }  ///< heads per row
   static constexpr int tiles_per_head = P / TR;  ///< blocks (work items) per head
 
   struct shared_storage {
@@ -186,61 +188,6 @@ struct mamba2_agent {
                             commit ? 0 : n + 1);
   }
 };
-
-template <class Policy, op Op>
-REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
-    mamba2_kernel(const mamba2_params<Policy> p, const state_pool_ref other) {
-  using agent_t = mamba2_agent<Policy, Op>;
-  __shared__ typename agent_t::shared_storage smem;
-  constexpr int tiles = Policy::rule::headdim / Policy::tile;
-  agent_t{smem}.run(p, blockIdx.y, blockIdx.x / tiles, blockIdx.x % tiles, other);
-}
-
-/// Persistent, pipelined entry for eager and decode: each block walks work items
-/// blockIdx.x, blockIdx.x + gridDim.x, ... and keeps the state tiles of the next
-/// `pipeline_stages - 1` items in flight (cp.async into shared memory) while it finishes the
-/// current one, so state bytes stream while the block reduces, writes outputs and arrives.
-template <class Policy, op Op>
-REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads)
-    mamba2_pipelined_kernel(const mamba2_params<Policy> p, const state_pool_ref other) {
-  using agent_t = mamba2_agent<Policy, Op>;
-  using tile_t = typename agent_t::tile_t;
-  constexpr int Z = Policy::pipeline_stages;
-  constexpr int NT = Policy::block_threads;
-  constexpr int tiles = Policy::rule::headdim / Policy::tile;
-  static_assert(Z >= 2, "pipelined kernels need at least 2 stages");
-  __shared__ typename agent_t::shared_storage smem;
-  extern __shared__ float4 stages[];  // [Z][frags][NT]
-  const int per_row = p.nheads * tiles;
-  const int items = p.rows.batch * per_row;
-  auto issue = [&](int item, int stage) {
-    if (item < items) {
-      const int b = item / per_row, h = (item % per_row) / tiles, t = item % tiles;
-      const int64_t slot = agent_t::slot_of(p, b);
-      if (slot != p.rows.null_slot)
-        tile_load_async<tile_t, NT>(stages + stage * tile_t::frags * NT,
-                                    agent_t::tile_ptr(p, slot, h, t), p.state.row_stride);
-    }
-    cp_async_commit();  // possibly empty: keeps the group count uniform
-  };
-#pragma unroll
-  for (int k = 0; k < Z - 1; ++k) issue(blockIdx.x + k * gridDim.x, k);
-  int stage = 0;
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    issue(item + (Z - 1) * gridDim.x, (stage + Z - 1) % Z);
-    cp_async_wait<Z - 1>();  // this thread's copies of `item` have landed
-    const int b = item / per_row, h = (item % per_row) / tiles, t = item % tiles;
-    const int64_t slot = agent_t::slot_of(p, b);
-    if (slot != p.rows.null_slot) {
-      tile_t tile;
-      tile_load_from<tile_t, NT>(tile, stages + stage * tile_t::frags * NT);
-      agent_t{smem}.process(p, b, h, t, slot, tile, other);
-    }
-    __syncthreads();  // the next item reuses the agent's shared storage
-    stage = (stage + 1) % Z;
-  }
-  cp_async_wait<0>();
-}
 
 }  // namespace detail
 }  // namespace replayssm

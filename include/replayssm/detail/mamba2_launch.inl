@@ -1,6 +1,7 @@
 // Implementation of the Mamba-2 launchers declared in <replayssm/mamba2.cuh>.
 #pragma once
 
+#include <replayssm/detail/kernels.cuh>
 #include <replayssm/detail/mamba2_agent.cuh>
 #include <replayssm/detail/validate.cuh>
 
@@ -78,23 +79,7 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
-  if (p.rows.batch == 0) return ok();
-  const dim3 grid(unsigned(p.nheads) * (Policy::rule::headdim / Policy::tile),
-                  unsigned(p.rows.batch));
-  if constexpr (Policy::pipeline_stages >= 2 && (Op == op::eager || Op == op::decode)) {
-    using tile_t = typename mamba2_agent<Policy, Op>::tile_t;
-    const size_t smem =
-        size_t(Policy::pipeline_stages) * tile_t::frags * Policy::block_threads * 16;
-    int blocks = 0;
-    if (auto r = persistent_grid(mamba2_pipelined_kernel<Policy, Op>, Policy::block_threads, smem,
-                                 int(grid.x * grid.y), blocks);
-        !r)
-      return r;
-    mamba2_pipelined_kernel<Policy, Op><<<blocks, Policy::block_threads, smem, stream>>>(p, other);
-    return check_launch();
-  }
-  mamba2_kernel<Policy, Op><<<grid, Policy::block_threads, 0, stream>>>(p, other);
-  return check_launch();
+  return launch_items<mamba2_agent<Policy, Op>, Op>(p, other, stream);
 }
 }  // namespace detail
 
