@@ -48,11 +48,53 @@ replay_run_config default_run_config() {
   return cfg;
 }
 
+/// The launches the driver makes, through the case's params (the pool they act on, the rows,
+/// the output buffer) and its view of a caller's state buffer with `rows` rows.
+template <class Case>
+struct case_launches {
+  Case& c;
+  replayssm::result decode(const int32_t* idx, int rows, int32_t ns) {
+    return replayssm::decode_step(c.params(c.pool_r.ptr, idx, rows, ns, c.out_r.ptr), 0);
+  }
+  replayssm::result eager(const int32_t* idx, int rows, int32_t ns) {
+    return replayssm::eager_step(c.params(c.pool_e.ptr, idx, rows, ns, c.out_e.ptr), 0);
+  }
+  replayssm::result commit(const int32_t* idx, int rows, int32_t ns) {
+    return replayssm::commit(c.params(c.pool_r.ptr, idx, rows, ns, c.out_r.ptr), 0);
+  }
+  replayssm::result materialize(const int32_t* idx, int rows, float* dest) {
+    return replayssm::materialize(c.params(c.pool_r.ptr, idx, rows, -1, c.out_r.ptr),
+                                  c.rows_pool(dest, rows), 0);
+  }
+  replayssm::result load(const int32_t* idx, int rows, const float* src) {
+    return replayssm::load_state(c.params(c.pool_r.ptr, idx, rows, -1, c.out_r.ptr),
+                                 c.rows_pool(const_cast<float*>(src), rows), 0);
+  }
+};
+
+/// Row b of a downloaded output, as doubles.
+template <class T>
+std::vector<double> output_row(const std::vector<T>& h, int b, size_t n) {
+  std::vector<double> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = host_to_float(h[b * n + i]);
+  return r;
+}
+/// True when row b of a downloaded output still holds the 0xFF poison in every byte.
+template <class T>
+bool output_row_poisoned(const std::vector<T>& h, int b, size_t n) {
+  const auto* p = reinterpret_cast<const unsigned char*>(h.data()) + b * n * sizeof(T);
+  for (size_t i = 0; i < n * sizeof(T); ++i)
+    if (p[i] != 0xFF) return false;
+  return true;
+}
+
 template <class Case>
 replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std::mt19937_64& rng) {
   const int batch = cfg.nseq + cfg.nnull;
   const int32_t null_slot = -1;
   c.allocate(batch, cfg.num_slots, rng);
+  case_launches<Case> launch{c};
+  const size_t out_n = c.out_row_elems();
 
   std::vector<int> perm(cfg.num_slots);
   std::iota(perm.begin(), perm.end(), 0);
@@ -81,7 +123,7 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
     src_dev.upload(src);
     dev_array<int32_t> idx(cfg.nseq);
     idx.upload(std::vector<int32_t>(seq_slot.begin(), seq_slot.end()));
-    RTEST_OK(c.load(idx.ptr, cfg.nseq, src_dev.ptr));
+    RTEST_OK(launch.load(idx.ptr, cfg.nseq, src_dev.ptr));
     for (int s = 0; s < cfg.nseq; ++s)
       RTEST_CUDA(cudaMemcpy(c.eager_slot(seq_slot[s]), src_dev.ptr + s * c.state_elems(),
                             c.state_elems() * sizeof(float), cudaMemcpyDeviceToDevice));
@@ -102,25 +144,27 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
     for (int b = 0; b < batch; ++b)
       c.set_row(b, row_seq[b] >= 0 ? steps[row_seq[b]] : c.random_step(rng));
     c.upload_inputs();
-    c.poison_outputs();
-    RTEST_OK(c.decode(slot_idx.ptr, batch, null_slot));
-    RTEST_OK(c.eager(slot_idx.ptr, batch, null_slot));
+    c.out_r.poison();
+    c.out_e.poison();
+    RTEST_OK(launch.decode(slot_idx.ptr, batch, null_slot));
+    RTEST_OK(launch.eager(slot_idx.ptr, batch, null_slot));
     std::vector<std::future<void>> jobs;
     for (int s = 0; s < cfg.nseq; ++s)
       jobs.push_back(
           std::async(std::launch::async, [&, s] { c.ref_step(ref[s], steps[s], yref[s]); }));
     for (auto& j : jobs) j.get();
     RTEST_CUDA(cudaDeviceSynchronize());
-    c.download_outputs();
+    const auto hout_r = c.out_r.download(), hout_e = c.out_e.download();
 
     rel_err e_rr, e_er, e_re;
     for (int b = 0; b < batch; ++b) {
       if (row_seq[b] < 0) {
         INFO("step " << t << ": a null row's output was written");
-        REQUIRE(c.output_row_untouched(b));
+        REQUIRE(output_row_poisoned(hout_r, b, out_n));
+        REQUIRE(output_row_poisoned(hout_e, b, out_n));
         continue;
       }
-      const auto yr = c.replay_out(b), ye = c.eager_out(b);
+      const auto yr = output_row(hout_r, b, out_n), ye = output_row(hout_e, b, out_n);
       const auto& y = yref[row_seq[b]];
       for (size_t i = 0; i < y.size(); ++i) {
         e_rr.add(yr[i], y[i]);
@@ -147,7 +191,7 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
       std::shuffle(sub.begin(), sub.end(), rng);
       dev_array<int32_t> sidx(sub.size());
       sidx.upload(sub);
-      RTEST_OK(c.commit(sidx.ptr, int(sub.size()), null_slot));
+      RTEST_OK(launch.commit(sidx.ptr, int(sub.size()), null_slot));
       RTEST_CUDA(cudaDeviceSynchronize());
       ++rep.commits_seen;
     }
@@ -156,7 +200,7 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
       dest.poison();
       dev_array<int32_t> sidx(cfg.nseq);
       sidx.upload(std::vector<int32_t>(seq_slot.begin(), seq_slot.end()));
-      RTEST_OK(c.materialize(sidx.ptr, cfg.nseq, dest.ptr));
+      RTEST_OK(launch.materialize(sidx.ptr, cfg.nseq, dest.ptr));
       const auto h = dest.download();
       for (int s = 0; s < cfg.nseq; ++s) {
         const auto st = c.from_device_layout(h.data() + s * c.state_elems());
@@ -170,7 +214,7 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
   }
 
   // Cursors of live slots stay inside the window; unused slots are bit-identical.
-  const auto cur = c.cursor_values();
+  const auto cur = c.cursor.download();
   for (int s = 0; s < cfg.nseq; ++s) {
     REQUIRE(cur[seq_slot[s]] >= 0);
     REQUIRE(cur[seq_slot[s]] < Case::commit_interval);

@@ -133,11 +133,10 @@ struct mamba2_case {
     B.upload(hB);
     C.upload(hC);
   }
-  void poison_outputs() {
-    out_r.poison();
-    out_e.poison();
-  }
 
+  state_pool_ref rows_pool(float* d, int rows) const {
+    return {d, int64_t(state_elems()), int64_t(P) * N, N, rows};
+  }
   mamba2_params<Policy> params(float* pool, const int32_t* slot_idx, int rows, int32_t null_slot,
                                T* out) const {
     const int H = cfg.nheads, G = cfg.ngroups;
@@ -168,55 +167,15 @@ struct mamba2_case {
     p.in.out_batch_stride = H * P;
     p.in.out_head_stride = P;
     p.rows = {slot_idx, null_slot, rows};
-    p.state = {pool, int64_t(state_elems()), int64_t(P) * N, N, num_slots};
+    p.state = rows_pool(pool, num_slots);
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
   }
-  result decode(const int32_t* idx, int rows, int32_t ns) {
-    return decode_step(params(pool_r.ptr, idx, rows, ns, out_r.ptr), 0);
-  }
-  result eager(const int32_t* idx, int rows, int32_t ns) {
-    return eager_step(params(pool_e.ptr, idx, rows, ns, out_e.ptr), 0);
-  }
-  result commit(const int32_t* idx, int rows, int32_t ns) {
-    return replayssm::commit(params(pool_r.ptr, idx, rows, ns, out_r.ptr), 0);
-  }
-  state_pool_ref rows_pool(float* d, int rows) const {
-    return {d, int64_t(state_elems()), int64_t(P) * N, N, rows};
-  }
-  result materialize(const int32_t* idx, int rows, float* dest) {
-    return replayssm::materialize(params(pool_r.ptr, idx, rows, -1, out_r.ptr),
-                                  rows_pool(dest, rows), 0);
-  }
-  result load(const int32_t* idx, int rows, const float* src) {
-    return load_state(params(pool_r.ptr, idx, rows, -1, out_r.ptr),
-                      rows_pool(const_cast<float*>(src), rows), 0);
-  }
   void ref_step(ref_state& s, const step_t& st, std::vector<double>& y) const {
     ref::mamba2_eager_step(cfg, w, st, s, y);
   }
-  void download_outputs() {
-    hout_r = out_r.download();
-    hout_e = out_e.download();
-  }
-  std::vector<double> row(const std::vector<T>& h, int b) const {
-    const size_t n = size_t(cfg.nheads) * P;
-    std::vector<double> r(n);
-    for (size_t i = 0; i < n; ++i) r[i] = rtest::host_to_float(h[b * n + i]);
-    return r;
-  }
-  std::vector<double> replay_out(int b) const { return row(hout_r, b); }
-  std::vector<double> eager_out(int b) const { return row(hout_e, b); }
-  bool output_row_untouched(int b) const {
-    const size_t n = size_t(cfg.nheads) * P * sizeof(T);
-    const auto* pr = reinterpret_cast<const unsigned char*>(hout_r.data()) + b * n;
-    const auto* pe = reinterpret_cast<const unsigned char*>(hout_e.data()) + b * n;
-    for (size_t i = 0; i < n; ++i)
-      if (pr[i] != 0xFF || pe[i] != 0xFF) return false;
-    return true;
-  }
-  std::vector<int32_t> cursor_values() const { return cursor.download(); }
+  size_t out_row_elems() const { return size_t(cfg.nheads) * P; }
 };
 
 using m2f = rules::mamba2<64, 128, float>;
