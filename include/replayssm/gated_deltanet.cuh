@@ -43,6 +43,19 @@ struct gdn_buffer_ref {
   T* v = nullptr;           ///< buffered v
   float* g = nullptr;       ///< buffered log gates
   float* beta = nullptr;    ///< buffered betas
+  /// @brief Elements of k, kscale, v and of g (or beta) for a pool of `num_slots` slots.
+  static constexpr int64_t k_elems(int64_t num_slots, int L, int num_k_heads, int head_k_dim) {
+    return num_slots * L * num_k_heads * head_k_dim;
+  }
+  static constexpr int64_t kscale_elems(int64_t num_slots, int L, int num_k_heads) {
+    return num_slots * L * num_k_heads;
+  }
+  static constexpr int64_t v_elems(int64_t num_slots, int L, int num_v_heads, int head_v_dim) {
+    return num_slots * L * num_v_heads * head_v_dim;
+  }
+  static constexpr int64_t gate_elems(int64_t num_slots, int L, int num_v_heads) {
+    return num_slots * L * num_v_heads;
+  }
 };
 
 /// @brief Everything one Gated DeltaNet launch needs, passed by value.

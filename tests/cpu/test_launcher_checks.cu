@@ -315,3 +315,18 @@ TEST_CASE("status names", "[cpu][checks]") {
   CHECK(result{}.ok());
   CHECK_FALSE(bool(result{status::bad_shape, "x"}));
 }
+
+TEST_CASE("buffer sizes follow the documented layouts", "[cpu][checks]") {
+  using mb = mamba2_buffer_ref<__nv_bfloat16>;
+  // Nemotron-3-Super-like layer, 512 slots, L = 16.
+  CHECK(mb::x_elems(512, 16, 128, 64) == 512LL * 16 * 128 * 64);
+  CHECK(mb::B_elems(512, 16, 8, 128) == 512LL * 16 * 8 * 128);
+  CHECK(mb::dt_elems(512, 16, 128) == 512LL * 16 * 128);
+  using gb = gdn_buffer_ref<__nv_bfloat16>;
+  CHECK(gb::k_elems(512, 16, 16, 128) == 512LL * 16 * 16 * 128);
+  CHECK(gb::kscale_elems(512, 16, 16) == 512LL * 16 * 16);
+  CHECK(gb::v_elems(512, 16, 64, 128) == 512LL * 16 * 64 * 128);
+  CHECK(gb::gate_elems(512, 16, 64) == 512LL * 16 * 64);
+  // No overflow of 32-bit products for a large pool.
+  CHECK(gb::v_elems(65536, 64, 64, 128) == 65536LL * 64 * 64 * 128);
+}
