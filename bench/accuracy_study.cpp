@@ -24,10 +24,9 @@
 #include <future>
 #include <map>
 #include <random>
+#include <replayssm/reference.hpp>
 #include <string>
 #include <vector>
-
-#include <replayssm/reference.hpp>
 
 namespace {
 
@@ -38,12 +37,18 @@ using vec = std::vector<double>;
 enum class fmt { f64, f32, bf16, f16, e4m3, i8 };
 const char* fmt_name(fmt f) {
   switch (f) {
-    case fmt::f64: return "fp64";
-    case fmt::f32: return "fp32";
-    case fmt::bf16: return "bf16";
-    case fmt::f16: return "fp16";
-    case fmt::e4m3: return "fp8e4m3";
-    case fmt::i8: return "int8";
+    case fmt::f64:
+      return "fp64";
+    case fmt::f32:
+      return "fp32";
+    case fmt::bf16:
+      return "bf16";
+    case fmt::f16:
+      return "fp16";
+    case fmt::e4m3:
+      return "fp8e4m3";
+    case fmt::i8:
+      return "int8";
   }
   return "?";
 }
@@ -78,11 +83,19 @@ void store(fmt f, vec& s, int cols) {
     }
     for (int i = 0; i < cols; ++i) {
       switch (f) {
-        case fmt::f64: break;
-        case fmt::f32: v[i] = static_cast<float>(v[i]); break;
-        case fmt::bf16: v[i] = round_binary(v[i], 7, -126, 3.3895313892515355e38); break;
-        case fmt::f16: v[i] = round_binary(v[i], 10, -14, 65504.0); break;
-        default: break;
+        case fmt::f64:
+          break;
+        case fmt::f32:
+          v[i] = static_cast<float>(v[i]);
+          break;
+        case fmt::bf16:
+          v[i] = round_binary(v[i], 7, -126, 3.3895313892515355e38);
+          break;
+        case fmt::f16:
+          v[i] = round_binary(v[i], 10, -14, 65504.0);
+          break;
+        default:
+          break;
       }
     }
   }
@@ -120,7 +133,9 @@ struct mamba2_rule {
   void replay(const vec& ck, const std::vector<step>& b, vec& y) const {
     replayssm::ref::mamba2_replay_output(c, w, ck, b, y);
   }
-  void commit(vec& ck, const std::vector<step>& b) const { replayssm::ref::mamba2_commit(c, w, ck, b); }
+  void commit(vec& ck, const std::vector<step>& b) const {
+    replayssm::ref::mamba2_commit(c, w, ck, b);
+  }
 };
 
 struct gdn_rule {
@@ -159,9 +174,12 @@ struct scheme {
   fmt f;
   std::string name() const {
     switch (k) {
-      case kind::eager: return std::string("eager_") + fmt_name(f);
-      case kind::single: return std::string("single_") + fmt_name(f);
-      case kind::pair: return std::string("pair_fp32_") + fmt_name(f);
+      case kind::eager:
+        return std::string("eager_") + fmt_name(f);
+      case kind::single:
+        return std::string("single_") + fmt_name(f);
+      case kind::pair:
+        return std::string("pair_fp32_") + fmt_name(f);
     }
     return "?";
   }
@@ -173,7 +191,7 @@ struct curve {
 };
 
 constexpr int kVocab = 32768;
-constexpr int kCommit = 16;   // K
+constexpr int kCommit = 16;  // K
 constexpr int kKlEvery = 256;
 
 // KL(softmax(W a) || softmax(W b)) with the outputs scaled by the reference's RMS.
@@ -249,7 +267,8 @@ std::map<std::string, curve> run(bool slow, int steps, uint64_t seed,
         }
       }
       double num = 0, den = 0;
-      for (size_t i = 0; i < D; ++i) num += (y[i] - yref[t][i]) * (y[i] - yref[t][i]), den += yref[t][i] * yref[t][i];
+      for (size_t i = 0; i < D; ++i)
+        num += (y[i] - yref[t][i]) * (y[i] - yref[t][i]), den += yref[t][i] * yref[t][i];
       cv.err.push_back(std::sqrt(num / den));
       if (t % kKlEvery == kKlEvery - 1) cv.kl.push_back(kl_divergence(W, yref[t], y));
     }

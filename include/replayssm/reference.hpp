@@ -423,4 +423,61 @@ inline void gdn_commit(const gdn_config& c, std::vector<double>& checkpoint,
   for (const auto& s : steps) gdn_eager_step(c, s, checkpoint, unused);
 }
 
+/**
+ * @brief The steps of the path from the root of a draft tree to node `node`, root first.
+ * @param parent Parent of every node (EAGLE style): -1 for a child of the root (the buffer's
+ *        tail), else an earlier node (parent[i] < i).
+ * @param node Node index.
+ */
+inline std::vector<int> tree_path(const std::vector<int>& parent, int node) {
+  detail::require(node >= 0 && node < static_cast<int>(parent.size()),
+                  "tree_path: node out of range");
+  std::vector<int> path;
+  for (int i = node; i >= 0; i = parent[i]) {
+    detail::require(parent[i] < i,
+                    "tree_path: a parent must come before its child (parent[i] < i)");
+    path.push_back(i);
+  }
+  return {path.rbegin(), path.rend()};
+}
+
+/**
+ * @brief Output-only verification of a draft tree, Mamba-2: the output of every node is that of
+ *        the path root..node appended to the buffered steps, computed from the checkpoint by
+ *        replay (no intermediate state). A chain is the tree with parent[i] = i - 1.
+ * @param c Config. @param w Weights. @param checkpoint State before the buffered steps.
+ * @param buffered Buffered (accepted, uncommitted) steps. @param nodes Draft steps, one per node.
+ * @param parent Parent of every node (see tree_path). @param outputs Output of every node.
+ */
+inline void mamba2_verify_tree(const mamba2_config& c, const mamba2_weights& w,
+                               const std::vector<double>& checkpoint,
+                               const std::vector<mamba2_step>& buffered,
+                               const std::vector<mamba2_step>& nodes,
+                               const std::vector<int>& parent,
+                               std::vector<std::vector<double>>& outputs) {
+  detail::require(nodes.size() == parent.size(), "mamba2_verify_tree: one parent per node");
+  outputs.assign(nodes.size(), {});
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<mamba2_step> steps = buffered;
+    for (int n : tree_path(parent, static_cast<int>(i))) steps.push_back(nodes[n]);
+    mamba2_replay_output(c, w, checkpoint, steps, outputs[i]);
+  }
+}
+
+/**
+ * @brief Output-only verification of a draft tree, Gated DeltaNet (see mamba2_verify_tree).
+ */
+inline void gdn_verify_tree(const gdn_config& c, const std::vector<double>& checkpoint,
+                            const std::vector<gdn_step>& buffered,
+                            const std::vector<gdn_step>& nodes, const std::vector<int>& parent,
+                            std::vector<std::vector<double>>& outputs) {
+  detail::require(nodes.size() == parent.size(), "gdn_verify_tree: one parent per node");
+  outputs.assign(nodes.size(), {});
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<gdn_step> steps = buffered;
+    for (int n : tree_path(parent, static_cast<int>(i))) steps.push_back(nodes[n]);
+    gdn_replay_output(c, checkpoint, steps, outputs[i]);
+  }
+}
+
 }  // namespace replayssm::ref

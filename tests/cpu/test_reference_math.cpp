@@ -407,3 +407,122 @@ TEST_CASE("reference functions reject wrongly sized inputs", "[cpu][math]") {
     CHECK_THROWS_AS(ref::gdn_commit(bad_c, state, {}), IA);
   }
 }
+
+namespace {
+
+/// A random EAGLE-style tree: parent[i] in [-1, i).
+std::vector<int> random_tree(std::mt19937_64& rng, int nodes) {
+  std::vector<int> parent(nodes);
+  for (int i = 0; i < nodes; ++i) parent[i] = static_cast<int>(rng() % (i + 1)) - 1;
+  return parent;
+}
+
+// The two rules behind one interface for the speculative checks.
+struct mamba2_ops {
+  ref::mamba2_config c{4, 8, 16, 2};
+  ref::mamba2_weights w;
+  explicit mamba2_ops(std::mt19937_64& rng) : w(make_weights(rng, c)) {}
+  ref::mamba2_step step(std::mt19937_64& rng) const { return make_step(rng, c); }
+  std::size_t size() const { return state_size(c); }
+  void eager(vec& s, const ref::mamba2_step& st, vec& y) const {
+    ref::mamba2_eager_step(c, w, st, s, y);
+  }
+  void commit(vec& ck, const std::vector<ref::mamba2_step>& b) const {
+    ref::mamba2_commit(c, w, ck, b);
+  }
+  void replay(const vec& ck, const std::vector<ref::mamba2_step>& b, vec& y) const {
+    ref::mamba2_replay_output(c, w, ck, b, y);
+  }
+  void verify(const vec& ck, const std::vector<ref::mamba2_step>& b,
+              const std::vector<ref::mamba2_step>& nodes, const std::vector<int>& parent,
+              std::vector<vec>& out) const {
+    ref::mamba2_verify_tree(c, w, ck, b, nodes, parent, out);
+  }
+};
+struct gdn_ops {
+  ref::gdn_config c{2, 4, 16, 8};
+  explicit gdn_ops(std::mt19937_64&) {}
+  ref::gdn_step step(std::mt19937_64& rng) const { return make_step(rng, c); }
+  std::size_t size() const { return state_size(c); }
+  void eager(vec& s, const ref::gdn_step& st, vec& y) const { ref::gdn_eager_step(c, st, s, y); }
+  void commit(vec& ck, const std::vector<ref::gdn_step>& b) const { ref::gdn_commit(c, ck, b); }
+  void replay(const vec& ck, const std::vector<ref::gdn_step>& b, vec& y) const {
+    ref::gdn_replay_output(c, ck, b, y);
+  }
+  void verify(const vec& ck, const std::vector<ref::gdn_step>& b,
+              const std::vector<ref::gdn_step>& nodes, const std::vector<int>& parent,
+              std::vector<vec>& out) const {
+    ref::gdn_verify_tree(c, ck, b, nodes, parent, out);
+  }
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("draft trees verify output-only: every node equals eager along its path",
+                   "[cpu][math][spec]", mamba2_ops, gdn_ops) {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed = " << seed);
+  std::mt19937_64 rng(seed);
+  TestType ops(rng);
+  for (int trial = 0; trial < 20; ++trial) {
+    const vec ck = normal(rng, ops.size(), 0.3);
+    std::vector<decltype(ops.step(rng))> buffered, nodes;
+    const int nb = static_cast<int>(rng() % 9);
+    for (int i = 0; i < nb; ++i) buffered.push_back(ops.step(rng));
+    const int n = 1 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) nodes.push_back(ops.step(rng));
+    const auto parent = random_tree(rng, n);
+    std::vector<vec> out;
+    ops.verify(ck, buffered, nodes, parent, out);
+    for (int i = 0; i < n; ++i) {
+      vec s = ck, y;
+      for (const auto& b : buffered) ops.eager(s, b, y);
+      for (int p : ref::tree_path(parent, i)) ops.eager(s, nodes[p], y);
+      INFO("trial " << trial << " node " << i);
+      REQUIRE(rel_err(out[i], y) < 1e-12);
+    }
+  }
+  REQUIRE_THROWS_AS(ref::tree_path({-1, 1}, 1), std::invalid_argument);  // parent not earlier
+}
+
+TEMPLATE_TEST_CASE(
+    "speculative rounds: rollback is a cursor move, commits take accepted steps only",
+    "[cpu][math][spec]", mamba2_ops, gdn_ops) {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed = " << seed);
+  std::mt19937_64 rng(seed);
+  TestType ops(rng);
+  constexpr int K = 16;  // commit once K accepted steps are buffered
+  vec ck = normal(rng, ops.size(), 0.3), eager_state = ck, y;
+  std::vector<decltype(ops.step(rng))> buffer;
+  int commits = 0;
+  for (int round = 0; round < 1000; ++round) {
+    const int T = 1 + static_cast<int>(rng() % 8);  // last accepted token + drafts
+    std::vector<decltype(ops.step(rng))> draft;
+    for (int t = 0; t < T; ++t) draft.push_back(ops.step(rng));
+    std::vector<int> chain(T);
+    for (int t = 0; t < T; ++t) chain[t] = t - 1;
+    std::vector<vec> out;
+    ops.verify(ck, buffer, draft, chain, out);
+    const int accepted = 1 + static_cast<int>(rng() % T);
+    // Accepted positions equal eager over the accepted stream; rejected ones equal eager along
+    // the draft from there (then are dropped: the checkpoint never saw them).
+    vec probe = eager_state;
+    for (int t = 0; t < T; ++t) {
+      ops.eager(probe, draft[t], y);
+      INFO("round " << round << " position " << t << " of " << T);
+      REQUIRE(rel_err(out[t], y) < 1e-11);
+      if (t < accepted) eager_state = probe;
+    }
+    for (int t = 0; t < accepted; ++t) buffer.push_back(draft[t]);
+    if (static_cast<int>(buffer.size()) >= K) {
+      ops.commit(ck, buffer);
+      buffer.clear();
+      ++commits;
+    }
+  }
+  ops.commit(ck, buffer);
+  INFO("commits " << commits);
+  REQUIRE(commits > 50);
+  REQUIRE(rel_err(ck, eager_state) < 1e-11);
+}
