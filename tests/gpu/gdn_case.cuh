@@ -1,0 +1,185 @@
+// The Gated DeltaNet case of the GPU tests: device memory of a small pool, random realistic inputs,
+// the params over them, and the float64 reference step (the interface run_replay_vs_eager uses).
+#pragma once
+
+#include "replay_driver.cuh"
+
+namespace rtest {
+
+using namespace replayssm;
+
+template <class Policy>
+struct gdn_case {
+  using T = typename Policy::input_type;
+  using ref_state = std::vector<double>;  // [Hv][K][V]
+  using step_t = ref::gdn_step;
+  static constexpr int KD = Policy::rule::head_k_dim, VD = Policy::rule::head_v_dim;
+  static constexpr bool kv = Policy::rule::layout == state_layout::kv;
+  static constexpr int L = Policy::buffer_len;
+  static constexpr int commit_interval = Policy::commit_interval;
+
+  ref::gdn_config cfg;
+  int batch = 0, num_slots = 0;
+  dev_array<float> pool_r, pool_e, bks, bg, bbeta, g, beta;
+  dev_array<T> q, k, v, out_r, out_e, bk, bv;
+  dev_array<int32_t> cursor;
+  dev_array<uint32_t> arrivals;
+  std::vector<T> hq, hk, hv, hout_r, hout_e;
+  std::vector<float> hg, hbeta;
+
+  gdn_case(int Hk, int Hv) { cfg = ref::gdn_config{Hk, Hv, KD, VD, true, 0.0}; }
+  size_t state_elems() const { return size_t(cfg.num_v_heads) * KD * VD; }
+
+  void allocate(int b, int slots, std::mt19937_64& rng) {
+    batch = b;
+    num_slots = slots;
+    const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
+    pool_r = dev_array<float>(slots * state_elems());
+    pool_e = dev_array<float>(slots * state_elems());
+    bk = dev_array<T>(size_t(slots) * L * Hk * KD);
+    bks = dev_array<float>(size_t(slots) * L * Hk);
+    bv = dev_array<T>(size_t(slots) * L * Hv * VD);
+    bg = dev_array<float>(size_t(slots) * L * Hv);
+    bbeta = dev_array<float>(size_t(slots) * L * Hv);
+    cursor = dev_array<int32_t>(slots);
+    arrivals = dev_array<uint32_t>(slots);
+    for (auto* a : {&pool_r, &pool_e, &bks, &bg, &bbeta}) a->junk(rng);
+    bk.junk(rng);
+    bv.junk(rng);
+    cursor.junk(rng);
+    RTEST_CUDA(cudaMemset(arrivals.ptr, 0, arrivals.bytes()));
+    hq.assign(size_t(b) * Hk * KD, T{});
+    hk = hq;
+    hv.assign(size_t(b) * Hv * VD, T{});
+    hg.assign(size_t(b) * Hv, 0.f);
+    hbeta = hg;
+    q = dev_array<T>(hq.size());
+    k = dev_array<T>(hk.size());
+    v = dev_array<T>(hv.size());
+    g = dev_array<float>(hg.size());
+    beta = dev_array<float>(hbeta.size());
+    out_r = dev_array<T>(hv.size());
+    out_e = dev_array<T>(hv.size());
+  }
+  std::vector<rtest::slot_region> slot_regions() const {
+    const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
+    return {{pool_r.ptr, state_elems() * 4},
+            {pool_e.ptr, state_elems() * 4},
+            {bk.ptr, size_t(L) * Hk * KD * sizeof(T)},
+            {bks.ptr, size_t(L) * Hk * 4},
+            {bv.ptr, size_t(L) * Hv * VD * sizeof(T)},
+            {bg.ptr, size_t(L) * Hv * 4},
+            {bbeta.ptr, size_t(L) * Hv * 4},
+            {cursor.ptr, 4},
+            {arrivals.ptr, 4}};
+  }
+  ref_state random_state(std::mt19937_64& rng) const {
+    std::normal_distribution<double> nd(0, 0.3);
+    ref_state s(state_elems());
+    for (auto& x : s) x = float(nd(rng));
+    return s;
+  }
+  // Device layout: [Hv][K][V] (kv) or [Hv][V][K] (vk).
+  size_t dev_index(int h, int i, int j) const {
+    return kv ? (size_t(h) * KD + i) * VD + j : (size_t(h) * VD + j) * KD + i;
+  }
+  std::vector<float> to_device_layout(const ref_state& s) const {
+    std::vector<float> d(state_elems());
+    for (int h = 0; h < cfg.num_v_heads; ++h)
+      for (int i = 0; i < KD; ++i)
+        for (int j = 0; j < VD; ++j)
+          d[dev_index(h, i, j)] = float(s[(size_t(h) * KD + i) * VD + j]);
+    return d;
+  }
+  ref_state from_device_layout(const float* d) const {
+    ref_state s(state_elems());
+    for (int h = 0; h < cfg.num_v_heads; ++h)
+      for (int i = 0; i < KD; ++i)
+        for (int j = 0; j < VD; ++j) s[(size_t(h) * KD + i) * VD + j] = d[dev_index(h, i, j)];
+    return s;
+  }
+  float* eager_slot(int slot) { return pool_e.ptr + size_t(slot) * state_elems(); }
+
+  step_t random_step(std::mt19937_64& rng) const {
+    std::normal_distribution<double> nd(0, 1);
+    std::uniform_real_distribution<double> ua(-3.0, 1.0);
+    step_t s;
+    const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
+    s.q.resize(Hk * KD);
+    s.k.resize(Hk * KD);
+    s.v.resize(Hv * VD);
+    s.g.resize(Hv);
+    s.beta.resize(Hv);
+    for (auto& x : s.q) x = rtest::draw<T>(rng, nd);
+    for (auto& x : s.k) x = rtest::draw<T>(rng, nd);
+    for (auto& x : s.v) x = rtest::draw<T>(rng, nd);
+    // Gates as the models make them: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b);
+    // a slow-decay share keeps the state's memory long.
+    for (auto& x : s.g) x = float(-std::exp(ua(rng)) * ref::softplus(nd(rng) - 2.0));
+    for (auto& x : s.beta) x = float(1.0 / (1.0 + std::exp(-nd(rng))));
+    return s;
+  }
+  void set_row(int b, const step_t& s) {
+    const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
+    for (int i = 0; i < Hk * KD; ++i) {
+      hq[b * Hk * KD + i] = rtest::host_from_float<T>(float(s.q[i]));
+      hk[b * Hk * KD + i] = rtest::host_from_float<T>(float(s.k[i]));
+    }
+    for (int i = 0; i < Hv * VD; ++i)
+      hv[b * Hv * VD + i] = rtest::host_from_float<T>(float(s.v[i]));
+    for (int h = 0; h < Hv; ++h) {
+      hg[b * Hv + h] = float(s.g[h]);
+      hbeta[b * Hv + h] = float(s.beta[h]);
+    }
+  }
+  void upload_inputs() {
+    q.upload(hq);
+    k.upload(hk);
+    v.upload(hv);
+    g.upload(hg);
+    beta.upload(hbeta);
+  }
+
+  state_pool_ref rows_pool(float* d, int rows) const {
+    return kv ? state_pool_ref{d, int64_t(state_elems()), int64_t(KD) * VD, VD, rows}
+              : state_pool_ref{d, int64_t(state_elems()), int64_t(KD) * VD, KD, rows};
+  }
+  gdn_params<Policy> params(float* pool, const int32_t* slot_idx, int rows, int32_t null_slot,
+                            T* out) const {
+    const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
+    gdn_params<Policy> p;
+    p.num_k_heads = Hk;
+    p.num_v_heads = Hv;
+    p.head_k_dim = KD;
+    p.head_v_dim = VD;
+    p.l2norm_qk = true;
+    p.scale = 0.f;
+    p.in.q = q.ptr;
+    p.in.q_batch_stride = Hk * KD;
+    p.in.q_head_stride = KD;
+    p.in.k = k.ptr;
+    p.in.k_batch_stride = Hk * KD;
+    p.in.k_head_stride = KD;
+    p.in.v = v.ptr;
+    p.in.v_batch_stride = Hv * VD;
+    p.in.v_head_stride = VD;
+    p.in.g = g.ptr;
+    p.in.g_batch_stride = Hv;
+    p.in.beta = beta.ptr;
+    p.in.beta_batch_stride = Hv;
+    p.in.out = out;
+    p.in.out_batch_stride = Hv * VD;
+    p.in.out_head_stride = VD;
+    p.rows = {slot_idx, null_slot, rows};
+    p.state = rows_pool(pool, num_slots);
+    p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
+    p.cursors = {cursor.ptr, arrivals.ptr};
+    return p;
+  }
+  void ref_step(ref_state& s, const step_t& st, std::vector<double>& y) const {
+    ref::gdn_eager_step(cfg, st, s, y);
+  }
+  size_t out_row_elems() const { return size_t(cfg.num_v_heads) * VD; }
+};
+
+}  // namespace rtest

@@ -1,0 +1,183 @@
+// The Mamba-2 case of the GPU tests: device memory of a small pool, random realistic inputs, the
+// params over them, and the float64 reference step (the interface run_replay_vs_eager uses).
+#pragma once
+
+#include "replay_driver.cuh"
+
+namespace rtest {
+
+using namespace replayssm;
+
+template <class Policy>
+struct mamba2_case {
+  using T = typename Policy::input_type;
+  using ref_state = std::vector<double>;
+  using step_t = ref::mamba2_step;
+  static constexpr int P = Policy::rule::headdim, N = Policy::rule::dstate;
+  static constexpr int L = Policy::buffer_len;
+  static constexpr int commit_interval = Policy::commit_interval;
+
+  ref::mamba2_config cfg;
+  ref::mamba2_weights w;
+  int batch = 0, num_slots = 0;
+  dev_array<float> A, dt_bias, D, pool_r, pool_e, bdt;
+  dev_array<T> x, dt, B, C, z, out_r, out_e, bx, bB;
+  dev_array<int32_t> cursor;
+  dev_array<uint32_t> arrivals;
+  std::vector<T> hx, hdt, hB, hC, hz, hout_r, hout_e;
+
+  mamba2_case(int H, int G, bool with_z) {
+    cfg = ref::mamba2_config{H, P, N, G, true, with_z, true};
+  }
+  size_t state_elems() const { return size_t(cfg.nheads) * P * N; }
+
+  void allocate(int b, int slots, std::mt19937_64& rng) {
+    batch = b;
+    num_slots = slots;
+    const int H = cfg.nheads, G = cfg.ngroups;
+    std::uniform_real_distribution<double> ua(-4, 1), ub(-1, 1), ud(0.5, 1.5);
+    w.A.resize(H);
+    w.dt_bias.resize(H);
+    w.D.resize(H);
+    std::vector<float> fa(H), fb(H), fd(H);
+    for (int h = 0; h < H; ++h) {
+      fa[h] = -std::exp(float(ua(rng)));
+      fb[h] = float(ub(rng));
+      fd[h] = float(ud(rng));
+      w.A[h] = fa[h];
+      w.dt_bias[h] = fb[h];
+      w.D[h] = fd[h];
+    }
+    A = dev_array<float>(H);
+    A.upload(fa);
+    dt_bias = dev_array<float>(H);
+    dt_bias.upload(fb);
+    D = dev_array<float>(H);
+    D.upload(fd);
+    pool_r = dev_array<float>(slots * state_elems());
+    pool_e = dev_array<float>(slots * state_elems());
+    bx = dev_array<T>(size_t(slots) * L * H * P);
+    bB = dev_array<T>(size_t(slots) * L * G * N);
+    bdt = dev_array<float>(size_t(slots) * L * H);
+    cursor = dev_array<int32_t>(slots);
+    arrivals = dev_array<uint32_t>(slots);
+    for (auto* a : {&pool_r, &pool_e, &bdt}) a->junk(rng);
+    bx.junk(rng);
+    bB.junk(rng);
+    cursor.junk(rng);
+    RTEST_CUDA(cudaMemset(arrivals.ptr, 0, arrivals.bytes()));
+    hx.assign(size_t(b) * H * P, T{});
+    hz = hx;
+    hdt.assign(size_t(b) * H, T{});
+    hB.assign(size_t(b) * G * N, T{});
+    hC = hB;
+    x = dev_array<T>(hx.size());
+    z = dev_array<T>(hz.size());
+    dt = dev_array<T>(hdt.size());
+    B = dev_array<T>(hB.size());
+    C = dev_array<T>(hC.size());
+    out_r = dev_array<T>(hx.size());
+    out_e = dev_array<T>(hx.size());
+  }
+  std::vector<rtest::slot_region> slot_regions() const {
+    const int H = cfg.nheads, G = cfg.ngroups;
+    return {{pool_r.ptr, state_elems() * 4},
+            {pool_e.ptr, state_elems() * 4},
+            {bx.ptr, size_t(L) * H * P * sizeof(T)},
+            {bB.ptr, size_t(L) * G * N * sizeof(T)},
+            {bdt.ptr, size_t(L) * H * 4},
+            {cursor.ptr, 4},
+            {arrivals.ptr, 4}};
+  }
+  ref_state random_state(std::mt19937_64& rng) const {
+    std::normal_distribution<double> nd(0, 0.5);
+    ref_state s(state_elems());
+    for (auto& v : s) v = float(nd(rng));
+    return s;
+  }
+  std::vector<float> to_device_layout(const ref_state& s) const { return {s.begin(), s.end()}; }
+  ref_state from_device_layout(const float* d) const { return {d, d + state_elems()}; }
+  float* eager_slot(int slot) { return pool_e.ptr + size_t(slot) * state_elems(); }
+
+  step_t random_step(std::mt19937_64& rng) const {
+    std::normal_distribution<double> nd(0, 1);
+    std::uniform_real_distribution<double> udt(-4, 1);
+    step_t s;
+    const int H = cfg.nheads, G = cfg.ngroups;
+    s.x.resize(H * P);
+    s.z.resize(H * P);
+    s.dt.resize(H);
+    s.B.resize(G * N);
+    s.C.resize(G * N);
+    for (auto& v : s.x) v = rtest::draw<T>(rng, nd);
+    for (auto& v : s.z) v = rtest::draw<T>(rng, nd);
+    for (auto& v : s.dt) v = rtest::draw<T>(rng, udt);
+    for (auto& v : s.B) v = rtest::draw<T>(rng, nd);
+    for (auto& v : s.C) v = rtest::draw<T>(rng, nd);
+    return s;
+  }
+  void set_row(int b, const step_t& s) {
+    const int H = cfg.nheads, G = cfg.ngroups;
+    for (int i = 0; i < H * P; ++i) {
+      hx[b * H * P + i] = rtest::host_from_float<T>(float(s.x[i]));
+      hz[b * H * P + i] = rtest::host_from_float<T>(float(s.z[i]));
+    }
+    for (int h = 0; h < H; ++h) hdt[b * H + h] = rtest::host_from_float<T>(float(s.dt[h]));
+    for (int i = 0; i < G * N; ++i) {
+      hB[b * G * N + i] = rtest::host_from_float<T>(float(s.B[i]));
+      hC[b * G * N + i] = rtest::host_from_float<T>(float(s.C[i]));
+    }
+  }
+  void upload_inputs() {
+    x.upload(hx);
+    z.upload(hz);
+    dt.upload(hdt);
+    B.upload(hB);
+    C.upload(hC);
+  }
+
+  state_pool_ref rows_pool(float* d, int rows) const {
+    return {d, int64_t(state_elems()), int64_t(P) * N, N, rows};
+  }
+  mamba2_params<Policy> params(float* pool, const int32_t* slot_idx, int rows, int32_t null_slot,
+                               T* out) const {
+    const int H = cfg.nheads, G = cfg.ngroups;
+    mamba2_params<Policy> p;
+    p.nheads = H;
+    p.ngroups = G;
+    p.headdim = P;
+    p.dstate = N;
+    p.weights = {A.ptr, dt_bias.ptr, D.ptr, true};
+    p.in.x = x.ptr;
+    p.in.x_batch_stride = H * P;
+    p.in.x_head_stride = P;
+    p.in.dt = dt.ptr;
+    p.in.dt_batch_stride = H;
+    p.in.dt_head_stride = 1;
+    p.in.B = B.ptr;
+    p.in.B_batch_stride = G * N;
+    p.in.B_group_stride = N;
+    p.in.C = C.ptr;
+    p.in.C_batch_stride = G * N;
+    p.in.C_group_stride = N;
+    if (cfg.has_z) {
+      p.in.z = z.ptr;
+      p.in.z_batch_stride = H * P;
+      p.in.z_head_stride = P;
+    }
+    p.in.out = out;
+    p.in.out_batch_stride = H * P;
+    p.in.out_head_stride = P;
+    p.rows = {slot_idx, null_slot, rows};
+    p.state = rows_pool(pool, num_slots);
+    p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
+    p.cursors = {cursor.ptr, arrivals.ptr};
+    return p;
+  }
+  void ref_step(ref_state& s, const step_t& st, std::vector<double>& y) const {
+    ref::mamba2_eager_step(cfg, w, st, s, y);
+  }
+  size_t out_row_elems() const { return size_t(cfg.nheads) * P; }
+};
+
+}  // namespace rtest

@@ -1,0 +1,208 @@
+// What engines rely on beyond single steps: a decode step captured once in a CUDA graph and
+// replayed while sequences join and leave (issue 6), and prefix caching by materialize + load.
+#include <optional>
+
+#include "gdn_case.cuh"
+#include "mamba2_case.cuh"
+
+namespace {
+
+using namespace replayssm;
+
+/// Captures one decode_step of `c` in a CUDA graph and replays it `replays` times. Between
+/// replays only device memory changes: the inputs and the slot index of each row. Every 37
+/// replays one live row's sequence leaves (its row becomes a null row) and a new sequence joins a
+/// free row in a free slot (load_state, outside the graph), so commits happen at staggered steps.
+template <class Case>
+void run_graph_decode(Case& c, int replays, std::mt19937_64& rng) {
+  const int batch = 4, num_slots = 8;
+  c.allocate(batch, num_slots, rng);
+  rtest::case_launches<Case> launch{c};
+  const size_t out_n = c.out_row_elems();
+  cudaStream_t stream;
+  RTEST_CUDA(cudaStreamCreate(&stream));
+
+  struct live_seq {
+    int slot;
+    typename Case::ref_state state;
+  };
+  std::vector<std::optional<live_seq>> rows(batch);
+  std::vector<int> free_slots(num_slots);
+  std::iota(free_slots.begin(), free_slots.end(), 0);
+  std::shuffle(free_slots.begin(), free_slots.end(), rng);
+  auto join = [&](int row) {
+    live_seq s{free_slots.back(), c.random_state(rng)};
+    free_slots.pop_back();
+    rtest::dev_array<float> src(c.state_elems());
+    src.upload(c.to_device_layout(s.state));
+    rtest::dev_array<int32_t> idx(1);
+    idx.upload({s.slot});
+    RTEST_OK(launch.load(idx.ptr, 1, src.ptr));
+    RTEST_CUDA(cudaDeviceSynchronize());
+    rows[row] = std::move(s);
+  };
+  for (int row = 0; row < batch - 1; ++row) join(row);
+
+  rtest::dev_array<int32_t> slot_idx(batch);
+  auto upload_slots = [&] {
+    std::vector<int32_t> h(batch);
+    for (int b = 0; b < batch; ++b) h[b] = rows[b] ? rows[b]->slot : -1;
+    slot_idx.upload(h);
+  };
+  upload_slots();
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  RTEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const result captured =
+      decode_step(c.params(c.pool_r.ptr, slot_idx.ptr, batch, -1, c.out_r.ptr), stream);
+  RTEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  INFO(captured.message);
+  REQUIRE(captured.ok());
+  RTEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+
+  double worst = 0;
+  std::vector<std::vector<double>> y(batch);
+  for (int r = 0; r < replays; ++r) {
+    if (r % 37 == 36) {  // one sequence leaves, another joins
+      std::vector<int> live, empty;
+      for (int b = 0; b < batch; ++b) (rows[b] ? live : empty).push_back(b);
+      const int leaving = live[rng() % live.size()];
+      free_slots.insert(free_slots.begin(), rows[leaving]->slot);
+      rows[leaving].reset();
+      join(empty[rng() % empty.size()]);
+      upload_slots();
+    }
+    std::vector<typename Case::step_t> steps(batch);
+    for (int b = 0; b < batch; ++b) {
+      steps[b] = c.random_step(rng);
+      c.set_row(b, steps[b]);
+    }
+    c.upload_inputs();
+    c.out_r.poison();
+    RTEST_CUDA(cudaGraphLaunch(exec, stream));
+    RTEST_CUDA(cudaStreamSynchronize(stream));
+    const auto out = c.out_r.download();
+    for (int b = 0; b < batch; ++b) {
+      if (!rows[b]) {
+        REQUIRE(rtest::output_row_poisoned(out, b, out_n));
+        continue;
+      }
+      c.ref_step(rows[b]->state, steps[b], y[b]);
+      const auto got = rtest::output_row(out, b, out_n);
+      rtest::rel_err e;
+      for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[b][i]);
+      worst = std::max(worst, e.value());
+      INFO("replay " << r << " row " << b << " slot " << rows[b]->slot);
+      REQUIRE(e.value() < 2e-5);
+    }
+  }
+  std::printf("[graph %s] %d replays, max rel err vs float64 %.2e\n", typeid(Case).name(), replays,
+              worst);
+  RTEST_CUDA(cudaGraphExecDestroy(exec));
+  RTEST_CUDA(cudaGraphDestroy(graph));
+  RTEST_CUDA(cudaStreamDestroy(stream));
+}
+
+/// Prefix caching: a slot mid-window (non-empty buffer) is materialized and loaded into another
+/// slot; both then decode the same inputs and must give the reference's outputs, and the
+/// materialized state must equal the reference state.
+template <class Case>
+void run_prefix_roundtrip(Case& c, std::mt19937_64& rng) {
+  const int batch = 2, num_slots = 6;
+  c.allocate(batch, num_slots, rng);
+  rtest::case_launches<Case> launch{c};
+  const size_t out_n = c.out_row_elems();
+  const int32_t a = 1, b = 4;
+  auto state = c.random_state(rng);
+  {
+    rtest::dev_array<float> src(c.state_elems());
+    src.upload(c.to_device_layout(state));
+    rtest::dev_array<int32_t> idx(1);
+    idx.upload({a});
+    RTEST_OK(launch.load(idx.ptr, 1, src.ptr));
+  }
+  rtest::dev_array<int32_t> one(1), both(2);
+  one.upload({a});
+  both.upload({a, b});
+  std::vector<double> y;
+  const int before = Case::commit_interval + Case::commit_interval / 2 + 1;  // mid-window
+  for (int t = 0; t < before; ++t) {
+    const auto s = c.random_step(rng);
+    c.set_row(0, s);
+    c.upload_inputs();
+    RTEST_OK(launch.decode(one.ptr, 1, -1));
+    c.ref_step(state, s, y);
+  }
+  rtest::dev_array<float> cached(c.state_elems());
+  cached.poison();
+  RTEST_OK(launch.materialize(one.ptr, 1, cached.ptr));
+  {
+    const auto h = cached.download();
+    const auto got = c.from_device_layout(h.data());
+    rtest::rel_err e;
+    for (size_t i = 0; i < got.size(); ++i) e.add(got[i], state[i]);
+    INFO("materialized state vs float64: " << e.value());
+    REQUIRE(e.value() < 2e-5);
+  }
+  rtest::dev_array<int32_t> dst(1);
+  dst.upload({b});
+  RTEST_OK(launch.load(dst.ptr, 1, cached.ptr));
+  for (int t = 0; t < 2 * Case::commit_interval + 3; ++t) {
+    const auto s = c.random_step(rng);
+    c.set_row(0, s);
+    c.set_row(1, s);
+    c.upload_inputs();
+    c.out_r.poison();
+    RTEST_OK(launch.decode(both.ptr, 2, -1));
+    c.ref_step(state, s, y);
+    const auto out = c.out_r.download();
+    for (int row = 0; row < 2; ++row) {
+      const auto got = rtest::output_row(out, row, out_n);
+      rtest::rel_err e;
+      for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[i]);
+      INFO("step " << t << " row " << row);
+      REQUIRE(e.value() < 2e-5);
+    }
+  }
+}
+
+using m2 = replay_policy<rules::mamba2<64, 128, float>, 16, 16>;
+using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 16, 16>;
+using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 16, 8>;
+
+}  // namespace
+
+TEST_CASE("a captured decode step replays 1000 times as sequences join and leave", "[gpu][graph]") {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int replays = std::getenv("REPLAYSSM_TEST_STEPS") ? 60 : 1000;
+  SECTION("mamba2 16 heads, 2 groups") {
+    rtest::mamba2_case<m2> c(16, 2, true);
+    run_graph_decode(c, replays, rng);
+  }
+  SECTION("gated deltanet 2 k heads, 4 v heads") {
+    rtest::gdn_case<gdn> c(2, 4);
+    run_graph_decode(c, replays, rng);
+  }
+}
+
+TEST_CASE("prefix caching: materialize then load into another slot continues identically",
+          "[gpu][prefix]") {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  SECTION("mamba2") {
+    rtest::mamba2_case<m2> c(16, 2, true);
+    run_prefix_roundtrip(c, rng);
+  }
+  SECTION("gated deltanet kv") {
+    rtest::gdn_case<gdn> c(2, 4);
+    run_prefix_roundtrip(c, rng);
+  }
+  SECTION("gated deltanet vk") {
+    rtest::gdn_case<gdn_vk> c(2, 4);
+    run_prefix_roundtrip(c, rng);
+  }
+}
