@@ -200,12 +200,6 @@ REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals,
   }
 }
 
-}  // namespace detail
-}  // namespace replayssm
-
-namespace replayssm {
-namespace detail {
-
 /// Copies rows [0, n) of a `[rows][W]` matrix of T in global memory (row j at `src + j * stride`,
 /// 16-byte aligned) into `dst[j][0..W)` as floats. All loads are issued before the first store,
 /// so a block pays one memory latency for the whole buffer, not one per row. Call from all
@@ -237,12 +231,6 @@ REPLAYSSM_DEVICE void stage_rows(float (*dst)[W], const T* src, int64_t stride, 
     }
   }
 }
-
-}  // namespace detail
-}  // namespace replayssm
-
-namespace replayssm {
-namespace detail {
 
 // Asynchronous 16-byte global -> shared copies (sm_80+), for the pipelined kernels.
 REPLAYSSM_DEVICE void cp_async16(void* smem, const void* gmem) {

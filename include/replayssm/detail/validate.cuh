@@ -58,12 +58,6 @@ inline result check_launch() {
   return ok();
 }
 
-}  // namespace detail
-}  // namespace replayssm
-
-namespace replayssm {
-namespace detail {
-
 /// Grid of a persistent kernel: as many blocks as fit on the device at once (at most `items`).
 /// Raises the kernel's dynamic shared memory limit first. Host calls only (no stream work), so
 /// this is safe during CUDA graph capture.
