@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
     std::printf(
         "No CUDA GPU found: this example times GPU kernels and has nothing to run without "
         "one (it needs about %.0f GB of device memory at these settings).\n",
-        2.1 * layers * batch * 4.0 * (1 << 20) / 1e9);
+        1.15 * layers * batch * 4.0 * (1 << 20) / 1e9);
     return 0;
   }
   if (gdn) {
