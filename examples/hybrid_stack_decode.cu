@@ -255,9 +255,13 @@ int main(int argc, char** argv) {
   const bool gdn = rule == "gdn";
   if (!gdn && rule != "mamba2")
     return std::printf("usage: %s [mamba2|gdn] [layers] [batch] [tokens]\n", argv[0]), 2;
-  const int layers = argc > 2 ? std::atoi(argv[2]) : (gdn ? 36 : 40);
-  const int batch = argc > 3 ? std::atoi(argv[3]) : 256;
-  const int tokens = argc > 4 ? std::atoi(argv[4]) : 1000;
+  auto arg = [&](int i, int fallback) {  // a missing, empty or non-positive argument: the default
+    const int v = argc > i ? std::atoi(argv[i]) : 0;
+    return v > 0 ? v : fallback;
+  };
+  const int layers = arg(2, gdn ? 36 : 40);
+  const int batch = arg(3, 256);
+  const int tokens = arg(4, 1000);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf(

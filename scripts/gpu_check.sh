@@ -63,6 +63,13 @@ for what in "${@:-all}"; do
       echo "== $demo"; "$exe" 2>&1 | tee "$OUT/$demo.log" | tail -n 3 || rc=1
       [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
     done
+    exe="$BIN/hybrid_stack_decode"; [[ -x "$exe" ]] || exe="$BIN/examples/hybrid_stack_decode"
+    if [[ -x "$exe" ]]; then
+      for rule in mamba2 gdn; do
+        echo "== hybrid_stack_decode $rule (${HYBRID_TOKENS:-300} tokens)"
+        "$exe" "$rule" "" 256 "${HYBRID_TOKENS:-300}" 2>&1 | tee -a "$OUT/hybrid_stack_decode.log" || rc=1
+      done
+    fi
   fi
   if [[ $what == bench || $what == all ]]; then
     echo "== benchmarks"
