@@ -3,7 +3,7 @@
 # binaries built elsewhere (BIN, default build) when that machine cannot build them itself:
 #   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|examples|bench|all]...
 # Test cases run as parallel processes (JOBS, default 8): the float64 reference is the slow part.
-# Logs and the benchmark JSON go to $OUT.
+# Logs and the benchmark JSON go to $OUT (at most 7 files: the lent machine returns 8).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN="${BIN:-build}"
@@ -60,14 +60,14 @@ for what in "${@:-all}"; do
   if [[ $what == examples || $what == all ]]; then
     for demo in quickstart_mamba2 quickstart_gdn; do
       exe="$BIN/$demo"; [[ -x "$exe" ]] || exe="$BIN/examples/$demo"
-      echo "== $demo"; "$exe" 2>&1 | tee "$OUT/$demo.log" | tail -n 3 || rc=1
+      echo "== $demo"; "$exe" 2>&1 | tee -a "$OUT/examples.log" | tail -n 3 || rc=1
       [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
     done
     exe="$BIN/hybrid_stack_decode"; [[ -x "$exe" ]] || exe="$BIN/examples/hybrid_stack_decode"
     if [[ -x "$exe" ]]; then
       for rule in mamba2 gdn; do
         echo "== hybrid_stack_decode $rule (${HYBRID_TOKENS:-300} tokens)"
-        "$exe" "$rule" "" 256 "${HYBRID_TOKENS:-300}" 2>&1 | tee -a "$OUT/hybrid_stack_decode.log" || rc=1
+        "$exe" "$rule" "" 256 "${HYBRID_TOKENS:-300}" 2>&1 | tee -a "$OUT/examples.log" || rc=1
       done
     fi
   fi
