@@ -49,6 +49,17 @@ struct cursor_ref {
   uint32_t* arrivals = nullptr;  ///< device array `[num_slots]`, zero-initialised once
 };
 
+/// @brief Speculative decoding: per-row counts in device memory, as engines provide them.
+///
+/// For a verification launch (`verify_step<MaxDraft>`), row b has `num_draft[b]` draft steps in
+/// `[1, MaxDraft]`, laid out as input rows `b * MaxDraft + t`. For `accept`, row b keeps the
+/// first `accepted[b]` of them (the verified prefix); the rest are forgotten (a cursor move).
+struct spec_ref {
+  const int32_t* num_draft = nullptr;  ///< device array `[batch]` (verify)
+  const int32_t* accepted = nullptr;   ///< device array `[batch]` (accept)
+};
+
+static_assert(std::is_trivially_copyable<spec_ref>::value, "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<state_pool_ref>::value,
               "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<batch_ref>::value, "views must be trivially copyable");

@@ -75,6 +75,7 @@ struct gdn_params {
   state_pool_ref state;       ///< checkpoint pool (replay) or state pool (eager)
   gdn_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                 ///< replay only
+  spec_ref spec;                      ///< speculative rounds only (verify_step, accept)
 };
 
 /// @brief Eager step: read, update and write each row's state; write the output.
@@ -93,6 +94,13 @@ result materialize(const gdn_params<Policy>& p, const state_pool_ref& dest, cuda
 /// @brief `src` row b -> checkpoint of each row's slot; cursor to 0.
 template <class Policy>
 result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream);
+/// @brief Speculative verification (see the Mamba-2 overload): every draft position's output by
+/// a backward sweep from its own q, one read of the checkpoint, no state write, cursor unchanged.
+template <int MaxDraft, class Policy>
+result verify_step(const gdn_params<Policy>& p, cudaStream_t stream);
+/// @brief Keeps the first `spec.accepted[b]` drafts of each row; a full window commits them.
+template <class Policy>
+result accept(const gdn_params<Policy>& p, cudaStream_t stream);
 /// @brief Host checks the launchers run first (see validate_mamba2).
 template <class Policy>
 result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer);

@@ -78,6 +78,7 @@ struct mamba2_params {
   state_pool_ref state;                  ///< checkpoint pool (replay) or state pool (eager)
   mamba2_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                    ///< replay only
+  spec_ref spec;                         ///< speculative rounds only (verify_step, accept)
 };
 
 /// @brief Eager step: read each row's state, apply the step, write the state and the output.
@@ -110,6 +111,24 @@ result materialize(const mamba2_params<Policy>& p, const state_pool_ref& dest, c
 /// prefill's final state) and its cursor to 0.
 template <class Policy>
 result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream);
+
+/// @brief Speculative verification: appends each row's `spec.num_draft[b]` draft steps (input
+/// rows `b * MaxDraft + t`) after its buffered steps and writes every draft position's output
+/// (output rows `b * MaxDraft + t`), reading the checkpoint once and writing no state; the
+/// cursor does not move. Needs `BufferLen >= CommitInterval - 1 + MaxDraft`.
+/// @code
+/// replayssm::verify_step<4>(p, stream);   // outputs of all draft positions
+/// // ... the engine compares with the target model and fills p.spec.accepted on the device
+/// replayssm::accept(p, stream);           // keep the verified prefix; commit a full window
+/// @endcode
+template <int MaxDraft, class Policy>
+result verify_step(const mamba2_params<Policy>& p, cudaStream_t stream);
+
+/// @brief Keeps the first `spec.accepted[b]` drafts of each row (cursor += accepted; rejected
+/// drafts are forgotten); a row whose buffer then holds K or more steps commits exactly those
+/// accepted steps into its checkpoint. Rows that do not commit touch no state.
+template <class Policy>
+result accept(const mamba2_params<Policy>& p, cudaStream_t stream);
 
 /// @brief Host checks the launchers run first: shapes against the policy, pointers, alignment,
 /// strides. `needs_step`: the step inputs are read; `needs_buffer`: buffer and cursors are used;

@@ -18,8 +18,9 @@ alignas(16) float fake_f[64];
 alignas(16) int32_t fake_i[64];
 alignas(16) uint32_t fake_u[64];
 
-mamba2_params<m2pol> valid_mamba2() {
-  mamba2_params<m2pol> p;
+template <class Policy = m2pol>
+mamba2_params<Policy> valid_mamba2() {
+  mamba2_params<Policy> p;
   p.nheads = 8;
   p.ngroups = 2;
   p.headdim = 64;
@@ -224,6 +225,16 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     r = load_state(p, dest, nullptr);
     CHECK(r.code == status::bad_shape);
     CHECK(mentions(r, "fewer rows"));
+  }
+  SECTION("speculative launches need their per-row counts") {
+    using spol = replay_policy<rules::mamba2<64, 128, float>, 24, 16>;
+    auto p = valid_mamba2<spol>();
+    result r = verify_step<8>(p, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "spec.num_draft"));
+    r = accept(p, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "spec.accepted"));
   }
   SECTION("an empty batch is a successful no-op") {
     auto p = valid_mamba2();

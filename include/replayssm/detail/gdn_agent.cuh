@@ -17,7 +17,7 @@ struct gdn_tile_for<Rule, Tile, Threads, state_layout::vk> {
 };
 
 /// One block works on `Policy::tile` columns of V of one value head of one batch row.
-template <class Policy, op Op>
+template <class Policy, op Op, int MaxDraft = 1>
 struct gdn_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
@@ -33,6 +33,10 @@ struct gdn_agent {
   static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
+  static constexpr int NQ = (Op == op::verify) ? MaxDraft : 1;  // q vectors staged
+  static_assert(Op != op::verify || L >= K - 1 + MaxDraft,
+                "gated_deltanet: the buffer must hold a full commit window plus the largest "
+                "draft: BufferLen >= CommitInterval - 1 + MaxDraft.");
   static_assert(
       VD % VT == 0,
       "gated_deltanet: the policy's Tile (columns of V per block) must divide head_v_dim.");
@@ -47,15 +51,15 @@ struct gdn_agent {
     alignas(16) float v[S][VT];  // v_j, this block's columns
     alignas(16) float g[S];
     alignas(16) float beta[S];
-    alignas(16) float c[S];    // beta_j (k_j . r_j) from the sweep
-    alignas(16) float ksc[S];  // normalisation factor of k_j
-    alignas(16) float q[KD];   // normalised, scaled q
-    alignas(16) float r[KD];   // M_1 ... M_n q
+    alignas(16) float c[S];       // beta_j (k_j . r_j) from the sweep
+    alignas(16) float ksc[S];     // normalisation factor of k_j
+    alignas(16) float q[NQ][KD];  // normalised, scaled q
+    alignas(16) float r[KD];      // M_1 ... M_n q
     alignas(16) float o[VT];
     alignas(16) float kh[VT];
     alignas(16) float u[VT];
     alignas(16) float scratch[tile_t::scratch_floats];
-    float qscale;
+    float qscale[NQ];
   };
 
   shared_storage& s;
@@ -87,8 +91,62 @@ struct gdn_agent {
       if (hv == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
       return;
     }
+    if constexpr (Op == op::accept) {  // no state traffic unless the window fills
+      const int n = accepted_steps(p, slot, b);
+      if (n < K) {
+        arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
+                              uint32_t(p.num_v_heads) * tiles_per_head, n);
+        return;
+      }
+    }
     tile.load(tile_ptr(p, slot, hv, t), p.state.row_stride);
-    process(p, b, hv, t, slot, tile, other);
+    if constexpr (Op == op::verify)
+      process_verify(p, b, hv, t, slot, tile);
+    else
+      process(p, b, hv, t, slot, tile, other);
+  }
+
+  /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
+  static REPLAYSSM_DEVICE int accepted_steps(const params_t& p, int64_t slot, int b) {
+    const int n = buffered_steps<op::accept, K, L>(p.cursors.cursor[slot]);
+    const int a = p.spec.accepted[b];
+    return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
+  }
+
+  /// Replay output of the first m staged steps for the staged query s.q[d] (normalised):
+  /// s.o[i] = (h_c^T r)[i] + sum_j beta_j c_j v_j[i] for the threads i < VT, by the backward sweep.
+  /// Call from all threads.
+  REPLAYSSM_DEVICE void replay_output(const tile_t& tile, int d, int m) {
+    // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      float r[RPL];
+#pragma unroll
+      for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[d][lane + 32 * e] : 0.f;
+      for (int j = m - 1; j >= 0; --j) {
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < RPL; ++e)
+          if (lane + 32 * e < KD) d = fmaf(s.k[j][lane + 32 * e], r[e], d);
+        d = warp_sum(d);
+        const float alpha = expf(s.g[j]);
+        const float bc = s.beta[j] * d;
+#pragma unroll
+        for (int e = 0; e < RPL; ++e)
+          if (lane + 32 * e < KD) r[e] = alpha * fmaf(-bc, s.k[j][lane + 32 * e], r[e]);
+        if (lane == 0) s.c[j] = bc;
+      }
+#pragma unroll
+      for (int e = 0; e < RPL; ++e)
+        if (lane + 32 * e < KD) s.r[lane + 32 * e] = r[e];
+    }
+    __syncthreads();
+    tile.contract(s.r, s.o, s.scratch);
+    if (threadIdx.x < VT) {
+      float o = s.o[threadIdx.x];
+      for (int j = 0; j < m; ++j) o = fmaf(s.c[j], s.v[j][threadIdx.x], o);
+      s.o[threadIdx.x] = o;
+    }
   }
 
   /// The rest of work item (b, hv, t) once its state tile is in registers (or requested).
@@ -113,7 +171,9 @@ struct gdn_agent {
       g_cur = p.in.g[b * p.in.g_batch_stride + hv];
       beta_cur = p.in.beta[b * p.in.beta_batch_stride + hv];
     }
-    const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
+    const int n = (Op == op::eager)    ? 0
+                  : (Op == op::accept) ? accepted_steps(p, slot, b)
+                                       : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
@@ -132,7 +192,7 @@ struct gdn_agent {
     }
     if (has_current) {
       if (threadIdx.x < KD) {
-        s.q[threadIdx.x] = q_cur;
+        s.q[0][threadIdx.x] = q_cur;
         s.k[n][threadIdx.x] = k_cur;
       }
       if (threadIdx.x < VT) s.v[n][threadIdx.x] = v_cur;
@@ -144,14 +204,14 @@ struct gdn_agent {
       if (threadIdx.x < 32) {  // the step's own normalisation factors
         float qq = 0.f, kk = 0.f;
         for (int e = threadIdx.x; e < KD; e += 32) {
-          qq = fmaf(s.q[e], s.q[e], qq);
+          qq = fmaf(s.q[0][e], s.q[0][e], qq);
           kk = fmaf(s.k[n][e], s.k[n][e], kk);
         }
         qq = warp_sum(qq);
         kk = warp_sum(kk);
         if (threadIdx.x == 0) {
           const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
-          s.qscale = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
+          s.qscale[0] = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
           s.ksc[n] = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
         }
       }
@@ -159,7 +219,7 @@ struct gdn_agent {
     __syncthreads();
     // Normalise: k_j = raw k_j * its factor (exactly what the step computed), q scaled.
     for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
-    if (has_current && threadIdx.x < KD) s.q[threadIdx.x] *= s.qscale;
+    if (has_current && threadIdx.x < KD) s.q[0][threadIdx.x] *= s.qscale[0];
     __syncthreads();
 
     if (commit) {
@@ -178,14 +238,14 @@ struct gdn_agent {
         return;
       }
       tile.store(ckpt, p.state.row_stride);
-      if (has_current) tile.contract(s.q, s.o, s.scratch);
+      if (has_current) tile.contract(s.q[0], s.o, s.scratch);
     } else {
       // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
       if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         float r[RPL];
 #pragma unroll
-        for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[lane + 32 * e] : 0.f;
+        for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[0][lane + 32 * e] : 0.f;
         for (int j = m - 1; j >= 0; --j) {
           float d = 0.f;
 #pragma unroll
@@ -230,9 +290,96 @@ struct gdn_agent {
     if (has_current && threadIdx.x < VT)
       p.in.out[b * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
           from_float<T>(s.o[threadIdx.x]);
-    if (Op == op::decode || Op == op::flush)
+    if (Op == op::decode || Op == op::flush || Op == op::accept)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
                             commit ? 0 : n + 1);
+  }
+
+  /// op::verify: the outputs of row b's draft steps d < num_draft[b] (input rows
+  /// b * MaxDraft + d), each by the backward sweep from its own q over the buffered steps and
+  /// drafts 0..d, with one read of the checkpoint and no state write; the drafts are appended to
+  /// the buffer after the cursor, which does not move (op::accept moves it).
+  REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int hv, int t, int64_t slot,
+                                       const tile_t& tile) {
+    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
+    const int hk = hv / (Hv / Hk);
+    const int v0 = t * VT;
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    int nd = p.spec.num_draft[b];
+    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD,
+                          n);
+    stage_rows<S, VT, NT>(s.v, p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0,
+                          int64_t(Hv) * VD, n);
+    if (int(threadIdx.x) < n) {
+      const int j = threadIdx.x;
+      s.g[j] = p.buffer.g[buf_step(slot, j) * Hv + hv];
+      s.beta[j] = p.buffer.beta[buf_step(slot, j) * Hv + hv];
+      s.ksc[j] = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
+    }
+    for (int i = threadIdx.x; i < nd * KD; i += NT) {
+      const int64_t r = int64_t(b) * MaxDraft + i / KD;
+      s.q[i / KD][i % KD] =
+          to_float(p.in.q[r * p.in.q_batch_stride + hk * p.in.q_head_stride + i % KD]);
+      s.k[n + i / KD][i % KD] =
+          to_float(p.in.k[r * p.in.k_batch_stride + hk * p.in.k_head_stride + i % KD]);
+    }
+    for (int i = threadIdx.x; i < nd * VT; i += NT) {
+      const int64_t r = int64_t(b) * MaxDraft + i / VT;
+      s.v[n + i / VT][i % VT] =
+          to_float(p.in.v[r * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + i % VT]);
+    }
+    if (int(threadIdx.x) < nd) {
+      const int64_t r = int64_t(b) * MaxDraft + threadIdx.x;
+      s.g[n + threadIdx.x] = p.in.g[r * p.in.g_batch_stride + hv];
+      s.beta[n + threadIdx.x] = p.in.beta[r * p.in.beta_batch_stride + hv];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // each draft's own normalisation factors, as its eager step computes
+      for (int d = 0; d < nd; ++d) {
+        float qq = 0.f, kk = 0.f;
+        for (int e = threadIdx.x; e < KD; e += 32) {
+          qq = fmaf(s.q[d][e], s.q[d][e], qq);
+          kk = fmaf(s.k[n + d][e], s.k[n + d][e], kk);
+        }
+        qq = warp_sum(qq);
+        kk = warp_sum(kk);
+        if (threadIdx.x == 0) {
+          const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
+          s.qscale[d] = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
+          s.ksc[n + d] = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
+        }
+      }
+    }
+    // Append the drafts' raw k (and, below, their factors) before k is normalised in place.
+    const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
+    if (k_writer)
+      for (int i = threadIdx.x; i < nd * KD; i += NT)
+        p.buffer.k[(buf_step(slot, n + i / KD) * Hk + hk) * KD + i % KD] =
+            from_float<T>(s.k[n + i / KD][i % KD]);
+    __syncthreads();
+    if (k_writer && int(threadIdx.x) < nd)
+      p.buffer.kscale[buf_step(slot, n + threadIdx.x) * Hk + hk] = s.ksc[n + threadIdx.x];
+    for (int i = threadIdx.x; i < (n + nd) * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
+    for (int i = threadIdx.x; i < nd * KD; i += NT) s.q[i / KD][i % KD] *= s.qscale[i / KD];
+    __syncthreads();
+    for (int d = 0; d < nd; ++d) {
+      replay_output(tile, d, n + d + 1);
+      if (threadIdx.x < VT) {
+        const int64_t r = int64_t(b) * MaxDraft + d;
+        p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
+            from_float<T>(s.o[threadIdx.x]);
+      }
+      __syncthreads();  // the next draft reuses r, c and o
+    }
+    // Append the drafts' v, g and beta after the cursor (exactly as given).
+    for (int i = threadIdx.x; i < nd * VT; i += NT)
+      p.buffer.v[(buf_step(slot, n + i / VT) * Hv + hv) * VD + v0 + i % VT] =
+          from_float<T>(s.v[n + i / VT][i % VT]);
+    if (t == 0 && int(threadIdx.x) < nd) {
+      p.buffer.g[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
+      p.buffer.beta[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
+    }
   }
 };
 

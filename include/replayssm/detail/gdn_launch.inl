@@ -68,12 +68,13 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
 }
 
 namespace detail {
-template <class Policy, op Op>
+template <class Policy, op Op, int MaxDraft = 1>
 result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cudaStream_t stream) {
   using rule = typename Policy::rule;
   constexpr bool kv = rule::layout == state_layout::kv;
-  constexpr bool needs_step = (Op == op::eager || Op == op::decode);
-  constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize);
+  constexpr bool needs_step = (Op == op::eager || Op == op::decode || Op == op::verify);
+  constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
+                                 Op == op::verify || Op == op::accept);
   if (auto r = validate_gdn(p, needs_step, needs_buffer); !r) return r;
   if (Op == op::load || Op == op::materialize) {
     if (auto r = check_pool(other, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
@@ -90,7 +91,11 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
-  return launch_items<gdn_agent<Policy, Op>, Op>(p, other, stream);
+  if (Op == op::verify && p.spec.num_draft == nullptr)
+    return fail(status::null_pointer, "gated_deltanet: spec.num_draft is null (verify_step)");
+  if (Op == op::accept && p.spec.accepted == nullptr)
+    return fail(status::null_pointer, "gated_deltanet: spec.accepted is null (accept)");
+  return launch_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
 }
 }  // namespace detail
 
@@ -109,6 +114,15 @@ result commit(const gdn_params<Policy>& p, cudaStream_t stream) {
 template <class Policy>
 result materialize(const gdn_params<Policy>& p, const state_pool_ref& dest, cudaStream_t stream) {
   return detail::launch_gdn<Policy, detail::op::materialize>(p, dest, stream);
+}
+template <int MaxDraft, class Policy>
+result verify_step(const gdn_params<Policy>& p, cudaStream_t stream) {
+  static_assert(MaxDraft >= 1, "verify_step: MaxDraft must be at least 1");
+  return detail::launch_gdn<Policy, detail::op::verify, MaxDraft>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result accept(const gdn_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_gdn<Policy, detail::op::accept>(p, state_pool_ref{}, stream);
 }
 template <class Policy>
 result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {

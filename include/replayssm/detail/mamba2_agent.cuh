@@ -7,8 +7,9 @@
 namespace replayssm {
 namespace detail {
 
-/// One block works on `Policy::tile` rows of one head of one batch row.
-template <class Policy, op Op>
+/// One block works on `Policy::tile` rows of one head of one batch row. `MaxDraft`: draft steps
+/// per row of a verification launch (op::verify).
+template <class Policy, op Op, int MaxDraft = 1>
 struct mamba2_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
@@ -28,6 +29,11 @@ struct mamba2_agent {
   static_assert(TR <= NT && N <= NT,
                 "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
+  static constexpr int NC = (Op == op::verify) ? MaxDraft : 1;  // C vectors staged
+  static_assert(Op != op::verify || L >= K - 1 + MaxDraft,
+                "mamba2: the buffer must hold a full commit window plus the largest draft: "
+                "BufferLen >= CommitInterval - 1 + MaxDraft.");
+
   static REPLAYSSM_HD int heads(const params_t& p) { return p.nheads; }  ///< heads per row
   static constexpr int tiles_per_head = P / TR;  ///< blocks (work items) per head
 
@@ -36,7 +42,7 @@ struct mamba2_agent {
     alignas(16) float x[S][TR];  // x_j, this block's rows
     alignas(16) float dt[S];     // dt_j after bias and softplus
     alignas(16) float w[S];      // replay weights exp(L_j) dt_j (B_j . C)
-    alignas(16) float C[N];
+    alignas(16) float C[NC][N];
     alignas(16) float y[TR];
     float decay;  // exp(sum_j A dt_j)
   };
@@ -67,8 +73,63 @@ struct mamba2_agent {
       if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
       return;
     }
+    if constexpr (Op == op::accept) {  // no state traffic unless the window fills
+      const int n = accepted_steps(p, slot, b);
+      if (n < K) {
+        arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
+                              uint32_t(p.nheads) * tiles_per_head, n);
+        return;
+      }
+    }
     tile.load(tile_ptr(p, slot, h, t), p.state.row_stride);
-    process(p, b, h, t, slot, tile, other);
+    if constexpr (Op == op::verify)
+      process_verify(p, b, h, t, slot, tile);
+    else
+      process(p, b, h, t, slot, tile, other);
+  }
+
+  /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
+  static REPLAYSSM_DEVICE int accepted_steps(const params_t& p, int64_t slot, int b) {
+    const int n = buffered_steps<op::accept, K, L>(p.cursors.cursor[slot]);
+    const int a = p.spec.accepted[b];
+    return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
+  }
+
+  /// Replay output of the first m staged steps against the state tile, for the step whose C
+  /// vector is `C` (shared memory): s.y[r] = exp(sum A dt) (h_c C)[r] + sum_j exp(L_j) dt_j
+  /// (B_j . C) x_j[r] for the threads r < TR (D and z not applied). Call from all threads.
+  REPLAYSSM_DEVICE void replay_rows(const tile_t& tile, const float* C, int m, float A) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int j = warp; j < m; j += NT / 32) {
+      float d = 0.f;
+      for (int c = lane; c < N; c += 32) d = fmaf(s.B[j][c], C[c], d);
+      d = warp_sum(d);
+      if (lane == 0) s.w[j] = d * s.dt[j];
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // w_j *= exp(sum_{i>j} A dt_i), by a suffix scan over 32 steps at a time.
+      float carry = 0.f;
+      for (int base = ((m - 1) / 32) * 32; base >= 0; base -= 32) {
+        const int j = base + lane;
+        const float la = j < m ? A * s.dt[j] : 0.f;
+        float incl = la;  // sum over i >= j within this chunk
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const float o = __shfl_down_sync(0xffffffffu, incl, off);
+          if (lane + off < 32) incl += o;
+        }
+        if (j < m) s.w[j] *= expf(incl - la + carry);
+        carry += __shfl_sync(0xffffffffu, incl, 0);
+      }
+      if (lane == 0) s.decay = expf(carry);
+    }
+    tile.contract(C, s.y, nullptr);  // its barrier also publishes w and decay
+    if (threadIdx.x < TR) {
+      float y = s.decay * s.y[threadIdx.x];
+      for (int j = 0; j < m; ++j) y = fmaf(s.w[j], s.x[j][threadIdx.x], y);
+      s.y[threadIdx.x] = y;
+    }
   }
 
   /// The rest of work item (b, h, t) once its state tile is in registers (or requested: the
@@ -98,7 +159,9 @@ struct mamba2_agent {
       if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
     }
     const float A = p.weights.A[h];
-    const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
+    const int n = (Op == op::eager)    ? 0
+                  : (Op == op::accept) ? accepted_steps(p, slot, b)
+                                       : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
@@ -114,7 +177,7 @@ struct mamba2_agent {
     if (has_current) {
       if (threadIdx.x < N) {
         s.B[n][threadIdx.x] = b_cur;
-        s.C[threadIdx.x] = c_cur;
+        s.C[0][threadIdx.x] = c_cur;
       }
       if (threadIdx.x < TR) s.x[n][threadIdx.x] = x_cur;
       if (threadIdx.x == 0) s.dt[n] = dt_cur;
@@ -130,40 +193,9 @@ struct mamba2_agent {
         return;
       }
       tile.store(ckpt, p.state.row_stride);
-      if (has_current) tile.contract(s.C, s.y, nullptr);
+      if (has_current) tile.contract(s.C[0], s.y, nullptr);
     } else {
-      // Replay: y = exp(sum A dt) (h_c C) + sum_j exp(L_j) dt_j (B_j . C) x_j.
-      const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-      for (int j = warp; j < m; j += NT / 32) {
-        float d = 0.f;
-        for (int c = lane; c < N; c += 32) d = fmaf(s.B[j][c], s.C[c], d);
-        d = warp_sum(d);
-        if (lane == 0) s.w[j] = d * s.dt[j];
-      }
-      __syncthreads();
-      if (warp == 0) {
-        // w_j *= exp(sum_{i>j} A dt_i), by a suffix scan over 32 steps at a time.
-        float carry = 0.f;
-        for (int base = ((m - 1) / 32) * 32; base >= 0; base -= 32) {
-          const int j = base + lane;
-          const float la = j < m ? A * s.dt[j] : 0.f;
-          float incl = la;  // sum over i >= j within this chunk
-#pragma unroll
-          for (int off = 1; off < 32; off <<= 1) {
-            const float o = __shfl_down_sync(0xffffffffu, incl, off);
-            if (lane + off < 32) incl += o;
-          }
-          if (j < m) s.w[j] *= expf(incl - la + carry);
-          carry += __shfl_sync(0xffffffffu, incl, 0);
-        }
-        if (lane == 0) s.decay = expf(carry);
-      }
-      tile.contract(s.C, s.y, nullptr);  // its barrier also publishes w and decay
-      if (threadIdx.x < TR) {
-        float y = s.decay * s.y[threadIdx.x];
-        for (int j = 0; j < m; ++j) y = fmaf(s.w[j], s.x[j][threadIdx.x], y);
-        s.y[threadIdx.x] = y;
-      }
+      replay_rows(tile, s.C[0], m, A);
       // Append the current step to the buffer (the inputs exactly as given).
       // (Converting back to T is exact: the values came from T.)
       if (threadIdx.x < TR)
@@ -183,9 +215,76 @@ struct mamba2_agent {
         y *= silu(to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + r]));
       p.in.out[b * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + r] = from_float<T>(y);
     }
-    if (Op == op::decode || Op == op::flush)
+    if (Op == op::decode || Op == op::flush || Op == op::accept)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
                             commit ? 0 : n + 1);
+  }
+
+  /// op::verify: the outputs of row b's draft steps t < num_draft[b] (input rows
+  /// b * MaxDraft + t), each from the checkpoint, the buffered steps and drafts 0..t, with one
+  /// read of the checkpoint and no state write; the drafts are appended to the buffer after the
+  /// cursor, which does not move (op::accept moves it).
+  REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int h, int t, int64_t slot,
+                                       const tile_t& tile) {
+    const int H = p.nheads;
+    const int g = h / (H / p.ngroups);
+    const int row0 = t * TR;
+    const float A = p.weights.A[h];
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    int nd = p.spec.num_draft[b];
+    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    stage_rows<S, N, NT>(s.B, p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N,
+                         int64_t(p.ngroups) * N, n);
+    stage_rows<S, TR, NT>(s.x, p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0, int64_t(H) * P,
+                          n);
+    if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
+    for (int i = threadIdx.x; i < nd * N; i += NT) {
+      const int64_t r = int64_t(b) * MaxDraft + i / N;
+      s.B[n + i / N][i % N] =
+          to_float(p.in.B[r * p.in.B_batch_stride + g * p.in.B_group_stride + i % N]);
+      s.C[i / N][i % N] =
+          to_float(p.in.C[r * p.in.C_batch_stride + g * p.in.C_group_stride + i % N]);
+    }
+    for (int i = threadIdx.x; i < nd * TR; i += NT) {
+      const int64_t r = int64_t(b) * MaxDraft + i / TR;
+      s.x[n + i / TR][i % TR] =
+          to_float(p.in.x[r * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + i % TR]);
+    }
+    if (int(threadIdx.x) < nd) {
+      const int64_t r = int64_t(b) * MaxDraft + threadIdx.x;
+      float dt = to_float(p.in.dt[r * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
+      if (p.weights.dt_bias) dt += p.weights.dt_bias[h];
+      if (p.weights.dt_softplus) dt = softplus(dt);
+      s.dt[n + threadIdx.x] = dt;
+    }
+    __syncthreads();
+    for (int d = 0; d < nd; ++d) {
+      replay_rows(tile, s.C[d], n + d + 1, A);
+      if (threadIdx.x < TR) {
+        const int64_t r = int64_t(b) * MaxDraft + d;
+        const float x = s.x[n + d][threadIdx.x];
+        float y = s.y[threadIdx.x];
+        if (p.weights.D) y = fmaf(p.weights.D[h], x, y);
+        if (p.in.z)
+          y *= silu(to_float(
+              p.in.z[r * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + threadIdx.x]));
+        p.in.out[r * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + threadIdx.x] =
+            from_float<T>(y);
+      }
+      __syncthreads();  // the next draft reuses w, y and decay
+    }
+    // Append the drafts after the cursor (exactly as given: the conversions back are exact).
+    for (int i = threadIdx.x; i < nd * TR; i += NT)
+      p.buffer.x[(buf_step(slot, n + i / TR) * H + h) * P + row0 + i % TR] =
+          from_float<T>(s.x[n + i / TR][i % TR]);
+    if (t == 0) {
+      if (int(threadIdx.x) < nd)
+        p.buffer.dt[buf_step(slot, n + threadIdx.x) * H + h] = s.dt[n + threadIdx.x];
+      if (h % (H / p.ngroups) == 0)
+        for (int i = threadIdx.x; i < nd * N; i += NT)
+          p.buffer.B[(buf_step(slot, n + i / N) * p.ngroups + g) * N + i % N] =
+              from_float<T>(s.B[n + i / N][i % N]);
+    }
   }
 };
 

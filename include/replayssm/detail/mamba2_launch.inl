@@ -60,11 +60,12 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
 }
 
 namespace detail {
-template <class Policy, op Op>
+template <class Policy, op Op, int MaxDraft = 1>
 result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other,
                      cudaStream_t stream) {
-  constexpr bool needs_step = (Op == op::eager || Op == op::decode);
-  constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize);
+  constexpr bool needs_step = (Op == op::eager || Op == op::decode || Op == op::verify);
+  constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
+                                 Op == op::verify || Op == op::accept);
   if (auto r = validate_mamba2(p, needs_step, needs_buffer, Op != op::load); !r) return r;
   if (Op == op::load || Op == op::materialize) {
     if (auto r = check_pool(other, p.nheads, Policy::rule::headdim, Policy::rule::dstate,
@@ -79,7 +80,11 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
-  return launch_items<mamba2_agent<Policy, Op>, Op>(p, other, stream);
+  if (Op == op::verify && p.spec.num_draft == nullptr)
+    return fail(status::null_pointer, "mamba2: spec.num_draft is null (verify_step)");
+  if (Op == op::accept && p.spec.accepted == nullptr)
+    return fail(status::null_pointer, "mamba2: spec.accepted is null (accept)");
+  return launch_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
 }
 }  // namespace detail
 
@@ -99,6 +104,15 @@ template <class Policy>
 result materialize(const mamba2_params<Policy>& p, const state_pool_ref& dest,
                    cudaStream_t stream) {
   return detail::launch_mamba2<Policy, detail::op::materialize>(p, dest, stream);
+}
+template <int MaxDraft, class Policy>
+result verify_step(const mamba2_params<Policy>& p, cudaStream_t stream) {
+  static_assert(MaxDraft >= 1, "verify_step: MaxDraft must be at least 1");
+  return detail::launch_mamba2<Policy, detail::op::verify, MaxDraft>(p, state_pool_ref{}, stream);
+}
+template <class Policy>
+result accept(const mamba2_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_mamba2<Policy, detail::op::accept>(p, state_pool_ref{}, stream);
 }
 template <class Policy>
 result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {

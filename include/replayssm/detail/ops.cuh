@@ -12,6 +12,8 @@ enum class op : int {
   flush,        // fold the buffered steps into the checkpoint, cursor -> 0
   materialize,  // checkpoint + buffer -> caller's state buffer (nothing else changes)
   load,         // caller's state -> checkpoint, cursor -> 0
+  verify,       // speculative: outputs of up to MaxDraft appended draft steps, no cursor change
+  accept,       // speculative: cursor += accepted; a window that fills commits (accepted only)
 };
 
 /// The number of buffered steps a launch of `Op` may use, from the slot's cursor. A cursor outside
@@ -19,7 +21,7 @@ enum class op : int {
 /// slot's buffer (the slot's results are then meaningless, but no other memory is touched).
 template <op Op, int K, int L>
 __device__ __forceinline__ int buffered_steps(int32_t cursor) {
-  constexpr int hi = (Op == op::decode) ? K - 1 : L;
+  constexpr int hi = (Op == op::decode || Op == op::verify || Op == op::accept) ? K - 1 : L;
   return cursor < 0 ? 0 : (cursor > hi ? hi : cursor);
 }
 

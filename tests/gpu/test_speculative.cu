@@ -1,0 +1,137 @@
+// Speculative rounds on the GPU (issue 4): verify_step outputs for every draft position from one
+// read of the checkpoint, accept keeps the verified prefix (a cursor move) and commits only
+// accepted steps; compared with the float64 reference run on the accepted tokens only, and every
+// draft position with eager along that draft.
+#include "gdn_case.cuh"
+#include "mamba2_case.cuh"
+
+namespace {
+
+using namespace replayssm;
+
+template <int MaxDraft, class Case>
+void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
+  const int nseq = 2, batch = 3, num_slots = 7;
+  c.allocate(batch * MaxDraft, num_slots, rng);  // input and output rows: b * MaxDraft + t
+  rtest::case_launches<Case> launch{c};
+  const size_t out_n = c.out_row_elems();
+  std::vector<int> perm(num_slots);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<typename Case::ref_state> ref(nseq);
+  {
+    std::vector<float> src;
+    for (int s = 0; s < nseq; ++s) {
+      ref[s] = c.random_state(rng);
+      const auto d = c.to_device_layout(ref[s]);
+      src.insert(src.end(), d.begin(), d.end());
+    }
+    rtest::dev_array<float> src_dev(src.size());
+    src_dev.upload(src);
+    rtest::dev_array<int32_t> idx(nseq);
+    idx.upload({perm[0], perm[1]});
+    RTEST_OK(launch.load(idx.ptr, nseq, src_dev.ptr));
+  }
+  rtest::dev_array<int32_t> slot_idx(batch), num_draft(batch), accepted(batch);
+  double worst = 0;
+  int commits_expected = 0;
+  std::vector<int> buffered(nseq, 0);
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<int> row_seq{0, 1, -1};
+    std::shuffle(row_seq.begin(), row_seq.end(), rng);
+    std::vector<int32_t> idx(batch), nd(batch), acc(batch);
+    std::vector<std::vector<typename Case::step_t>> drafts(batch);
+    for (int b = 0; b < batch; ++b) {
+      idx[b] = row_seq[b] >= 0 ? perm[row_seq[b]] : -1;
+      nd[b] = 1 + int(rng() % MaxDraft);
+      acc[b] = int(rng() % (nd[b] + 1));  // 0 .. all
+      for (int t = 0; t < MaxDraft; ++t) {
+        const auto s = c.random_step(rng);
+        c.set_row(b * MaxDraft + t, s);
+        if (t < nd[b]) drafts[b].push_back(s);
+      }
+    }
+    slot_idx.upload(idx);
+    num_draft.upload(nd);
+    accepted.upload(acc);
+    c.upload_inputs();
+    c.out_r.poison();
+    auto p = c.params(c.pool_r.ptr, slot_idx.ptr, batch, -1, c.out_r.ptr);
+    p.spec = {num_draft.ptr, accepted.ptr};
+    RTEST_OK(verify_step<MaxDraft>(p, 0));
+    RTEST_CUDA(cudaDeviceSynchronize());
+    const auto out = c.out_r.download();
+    for (int b = 0; b < batch; ++b) {
+      for (int t = 0; t < MaxDraft; ++t) {
+        const int r = b * MaxDraft + t;
+        if (row_seq[b] < 0 || t >= nd[b]) {
+          INFO("round " << round << " row " << b << " position " << t << " must be untouched");
+          REQUIRE(rtest::output_row_poisoned(out, r, out_n));
+        }
+      }
+      if (row_seq[b] < 0) continue;
+      auto& st = ref[row_seq[b]];
+      auto probe = st;
+      std::vector<double> y;
+      for (int t = 0; t < nd[b]; ++t) {
+        c.ref_step(probe, drafts[b][t], y);
+        const auto got = rtest::output_row(out, b * MaxDraft + t, out_n);
+        rtest::rel_err e;
+        for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[i]);
+        worst = std::max(worst, e.value());
+        INFO("round " << round << " row " << b << " draft position " << t << " of " << nd[b]);
+        REQUIRE(e.value() < 2e-5);
+        if (t + 1 == acc[b]) st = probe;  // the accepted prefix becomes the sequence
+      }
+      buffered[row_seq[b]] += acc[b];
+      if (buffered[row_seq[b]] >= Case::commit_interval)
+        buffered[row_seq[b]] = 0, ++commits_expected;
+    }
+    RTEST_OK(accept(p, 0));
+    RTEST_CUDA(cudaDeviceSynchronize());
+  }
+  // Cursors match the accepted history; the state (checkpoint + buffer) is the reference's.
+  const auto cur = c.cursor.download();
+  rtest::dev_array<float> dest(size_t(nseq) * c.state_elems());
+  rtest::dev_array<int32_t> live(nseq);
+  live.upload({perm[0], perm[1]});
+  RTEST_OK(launch.materialize(live.ptr, nseq, dest.ptr));
+  const auto h = dest.download();
+  for (int s = 0; s < nseq; ++s) {
+    REQUIRE(cur[perm[s]] == buffered[s]);
+    const auto st = c.from_device_layout(h.data() + s * c.state_elems());
+    rtest::rel_err e;
+    for (size_t i = 0; i < st.size(); ++i) e.add(st[i], ref[s][i]);
+    INFO("sequence " << s << " state vs float64 on accepted tokens");
+    REQUIRE(e.value() < 2e-5);
+  }
+  std::printf("[spec %s MaxDraft=%d] %d rounds, %d commits, max rel err %.2e\n",
+              typeid(Case).name(), MaxDraft, rounds, commits_expected, worst);
+}
+
+// Buffers hold a full window plus the largest draft: L >= K - 1 + MaxDraft.
+using m2 = replay_policy<rules::mamba2<64, 128, float>, 24, 16>;
+using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 24, 16>;
+using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 12, 8>;
+
+}  // namespace
+
+TEST_CASE("speculative rounds: verify every draft position, accept the verified prefix",
+          "[gpu][spec]") {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int rounds = std::getenv("REPLAYSSM_TEST_STEPS") ? 40 : 1000;
+  SECTION("mamba2 128/64/128/8, K 16, drafts up to 8") {
+    rtest::mamba2_case<m2> c(128, 8, true);
+    run_spec_rounds<8>(c, rounds, rng);
+  }
+  SECTION("gated deltanet 16/32/128/128 kv, K 16, drafts up to 8") {
+    rtest::gdn_case<gdn> c(16, 32);
+    run_spec_rounds<8>(c, rounds, rng);
+  }
+  SECTION("gated deltanet 16/32/128/128 vk, K 8, drafts up to 5") {
+    rtest::gdn_case<gdn_vk> c(16, 32);
+    run_spec_rounds<5>(c, rounds, rng);
+  }
+}
