@@ -113,16 +113,16 @@ struct gdn_agent {
     return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
   }
 
-  /// Replay output of the first m staged steps for the staged query s.q[d] (normalised):
+  /// Replay output of the first m staged steps for the staged query s.q[qi] (normalised):
   /// s.o[i] = (h_c^T r)[i] + sum_j beta_j c_j v_j[i] for the threads i < VT, by the backward sweep.
   /// Call from all threads.
-  REPLAYSSM_DEVICE void replay_output(const tile_t& tile, int d, int m) {
+  REPLAYSSM_DEVICE void replay_output(const tile_t& tile, int qi, int m) {
     // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x;
       float r[RPL];
 #pragma unroll
-      for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[d][lane + 32 * e] : 0.f;
+      for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[qi][lane + 32 * e] : 0.f;
       for (int j = m - 1; j >= 0; --j) {
         float d = 0.f;
 #pragma unroll
