@@ -127,6 +127,13 @@ result verify_step(const mamba2_params<Policy>& p, cudaStream_t stream);
 /// @brief Keeps the first `spec.accepted[b]` drafts of each row (cursor += accepted; rejected
 /// drafts are forgotten); a row whose buffer then holds K or more steps commits exactly those
 /// accepted steps into its checkpoint. Rows that do not commit touch no state.
+/// @brief The speculative round of eager engines, the baseline verify_step is measured against:
+/// reads each row's state once, applies its `spec.num_draft[b]` drafts in order, writes the state
+/// after each draft to `intermediate` row `b * MaxDraft + d` (so any prefix can be kept) and the
+/// outputs; the slot's own state is not written.
+template <int MaxDraft, class Policy>
+result eager_draft_step(const mamba2_params<Policy>& p, const state_pool_ref& intermediate,
+                        cudaStream_t stream);
 template <class Policy>
 result accept(const mamba2_params<Policy>& p, cudaStream_t stream);
 

@@ -31,7 +31,11 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     rtest::dev_array<int32_t> idx(nseq);
     idx.upload({perm[0], perm[1]});
     RTEST_OK(launch.load(idx.ptr, nseq, src_dev.ptr));
+    for (int q = 0; q < nseq; ++q)  // the eager engine's pool starts from the same states
+      RTEST_CUDA(cudaMemcpy(c.eager_slot(perm[q]), src_dev.ptr + q * c.state_elems(),
+                            c.state_elems() * sizeof(float), cudaMemcpyDeviceToDevice));
   }
+  rtest::dev_array<float> intermediate(size_t(batch) * MaxDraft * c.state_elems());
   rtest::dev_array<int32_t> slot_idx(batch), num_draft(batch), accepted(batch);
   double worst = 0;
   int commits_expected = 0;
@@ -56,11 +60,17 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     accepted.upload(acc);
     c.upload_inputs();
     c.out_r.poison();
+    c.out_e.poison();
     auto p = c.params(c.pool_r.ptr, slot_idx.ptr, batch, -1, c.out_r.ptr);
     p.spec = {num_draft.ptr, accepted.ptr};
     RTEST_OK(verify_step<MaxDraft>(p, 0));
+    // The eager engines' round beside it: one intermediate state per draft.
+    auto pe = c.params(c.pool_e.ptr, slot_idx.ptr, batch, -1, c.out_e.ptr);
+    pe.spec = p.spec;
+    RTEST_OK(eager_draft_step<MaxDraft>(pe, c.rows_pool(intermediate.ptr, batch * MaxDraft), 0));
     RTEST_CUDA(cudaDeviceSynchronize());
     const auto out = c.out_r.download();
+    const auto out_e = c.out_e.download();
     for (int b = 0; b < batch; ++b) {
       for (int t = 0; t < MaxDraft; ++t) {
         const int r = b * MaxDraft + t;
@@ -76,13 +86,21 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
       for (int t = 0; t < nd[b]; ++t) {
         c.ref_step(probe, drafts[b][t], y);
         const auto got = rtest::output_row(out, b * MaxDraft + t, out_n);
-        rtest::rel_err e;
-        for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[i]);
+        const auto got_e = rtest::output_row(out_e, b * MaxDraft + t, out_n);
+        rtest::rel_err e, ee;
+        for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[i]), ee.add(got_e[i], y[i]);
         worst = std::max(worst, e.value());
-        INFO("round " << round << " row " << b << " draft position " << t << " of " << nd[b]);
+        INFO("round " << round << " row " << b << " draft position " << t << " of " << nd[b]
+                      << ": verify " << e.value() << ", eager_draft " << ee.value());
         REQUIRE(e.value() < 2e-5);
+        REQUIRE(ee.value() < 2e-5);
         if (t + 1 == acc[b]) st = probe;  // the accepted prefix becomes the sequence
       }
+      if (acc[b] > 0)  // the eager engine keeps the accepted prefix's intermediate state
+        RTEST_CUDA(
+            cudaMemcpy(c.eager_slot(idx[b]),
+                       intermediate.ptr + (size_t(b) * MaxDraft + acc[b] - 1) * c.state_elems(),
+                       c.state_elems() * sizeof(float), cudaMemcpyDeviceToDevice));
       buffered[row_seq[b]] += acc[b];
       if (buffered[row_seq[b]] >= Case::commit_interval)
         buffered[row_seq[b]] = 0, ++commits_expected;

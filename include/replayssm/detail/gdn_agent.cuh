@@ -29,11 +29,12 @@ struct gdn_agent {
   static constexpr int NT = Policy::block_threads;
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
-  static constexpr int S = (Op == op::eager) ? 1 : L;
+  static constexpr int S = (Op == op::eager) ? 1 : (Op == op::eager_draft ? MaxDraft : L);
   static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
-  static constexpr int NQ = (Op == op::verify) ? MaxDraft : 1;  // q vectors staged
+  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft);
+  static constexpr int NQ = drafts ? MaxDraft : 1;  // q vectors staged
   static_assert(Op != op::verify || L >= K - 1 + MaxDraft,
                 "gated_deltanet: the buffer must hold a full commit window plus the largest "
                 "draft: BufferLen >= CommitInterval - 1 + MaxDraft.");
@@ -102,6 +103,8 @@ struct gdn_agent {
     tile.load(tile_ptr(p, slot, hv, t), p.state.row_stride);
     if constexpr (Op == op::verify)
       process_verify(p, b, hv, t, slot, tile);
+    else if constexpr (Op == op::eager_draft)
+      process_eager_draft(p, b, hv, t, tile, other);
     else
       process(p, b, hv, t, slot, tile, other);
   }
@@ -295,28 +298,12 @@ struct gdn_agent {
                             commit ? 0 : n + 1);
   }
 
-  /// op::verify: the outputs of row b's draft steps d < num_draft[b] (input rows
-  /// b * MaxDraft + d), each by the backward sweep from its own q over the buffered steps and
-  /// drafts 0..d, with one read of the checkpoint and no state write; the drafts are appended to
-  /// the buffer after the cursor, which does not move (op::accept moves it).
-  REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int hv, int t, int64_t slot,
-                                       const tile_t& tile) {
-    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
-    const int hk = hv / (Hv / Hk);
-    const int v0 = t * VT;
-    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
-    int nd = p.spec.num_draft[b];
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
-    stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD,
-                          n);
-    stage_rows<S, VT, NT>(s.v, p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0,
-                          int64_t(Hv) * VD, n);
-    if (int(threadIdx.x) < n) {
-      const int j = threadIdx.x;
-      s.g[j] = p.buffer.g[buf_step(slot, j) * Hv + hv];
-      s.beta[j] = p.buffer.beta[buf_step(slot, j) * Hv + hv];
-      s.ksc[j] = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
-    }
+  /// Stages row b's nd draft steps (input rows b * MaxDraft + d) at positions n..n+nd-1 (raw q in
+  /// s.q[d], raw k, this block's columns of v, g, beta) and has warp 0 compute each draft's
+  /// normalisation factors (s.qscale[d], s.ksc[n + d]) exactly as its eager step would. Ends
+  /// without a barrier after warp 0's work.
+  REPLAYSSM_DEVICE void stage_drafts(const params_t& p, int b, int hv, int hk, int v0, int n,
+                                     int nd) {
     for (int i = threadIdx.x; i < nd * KD; i += NT) {
       const int64_t r = int64_t(b) * MaxDraft + i / KD;
       s.q[i / KD][i % KD] =
@@ -351,6 +338,31 @@ struct gdn_agent {
         }
       }
     }
+  }
+
+  /// op::verify: the outputs of row b's draft steps d < num_draft[b] (input rows
+  /// b * MaxDraft + d), each by the backward sweep from its own q over the buffered steps and
+  /// drafts 0..d, with one read of the checkpoint and no state write; the drafts are appended to
+  /// the buffer after the cursor, which does not move (op::accept moves it).
+  REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int hv, int t, int64_t slot,
+                                       const tile_t& tile) {
+    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
+    const int hk = hv / (Hv / Hk);
+    const int v0 = t * VT;
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    int nd = p.spec.num_draft[b];
+    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD,
+                          n);
+    stage_rows<S, VT, NT>(s.v, p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0,
+                          int64_t(Hv) * VD, n);
+    if (int(threadIdx.x) < n) {
+      const int j = threadIdx.x;
+      s.g[j] = p.buffer.g[buf_step(slot, j) * Hv + hv];
+      s.beta[j] = p.buffer.beta[buf_step(slot, j) * Hv + hv];
+      s.ksc[j] = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
+    }
+    stage_drafts(p, b, hv, hk, v0, n, nd);
     // Append the drafts' raw k (and, below, their factors) before k is normalised in place.
     const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
     if (k_writer)
@@ -379,6 +391,39 @@ struct gdn_agent {
     if (t == 0 && int(threadIdx.x) < nd) {
       p.buffer.g[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
       p.buffer.beta[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
+    }
+  }
+
+  /// op::eager_draft, the baseline speculative round of eager engines (see mamba2_agent).
+  REPLAYSSM_DEVICE void process_eager_draft(const params_t& p, int b, int hv, int t, tile_t& tile,
+                                            const state_pool_ref& other) {
+    const int hk = hv / (p.num_v_heads / p.num_k_heads);
+    const int v0 = t * VT;
+    int nd = p.spec.num_draft[b];
+    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    stage_drafts(p, b, hv, hk, v0, 0, nd);
+    __syncthreads();
+    for (int i = threadIdx.x; i < nd * KD; i += NT) {
+      s.k[i / KD][i % KD] *= s.ksc[i / KD];
+      s.q[i / KD][i % KD] *= s.qscale[i / KD];
+    }
+    __syncthreads();
+    for (int d = 0; d < nd; ++d) {
+      const int64_t r = int64_t(b) * MaxDraft + d;
+      const float alpha = expf(s.g[d]);
+      tile.contract(s.k[d], s.kh, s.scratch);  // h^T k before the decay
+      if (threadIdx.x < VT)
+        s.u[threadIdx.x] = s.beta[d] * (s.v[d][threadIdx.x] - alpha * s.kh[threadIdx.x]);
+      __syncthreads();
+      tile.rank1(alpha, s.k[d], s.u, 1.f);
+      tile.store(tile_base(other.data + r * other.slot_stride + hv * other.head_stride,
+                           other.row_stride, v0),
+                 other.row_stride);
+      tile.contract(s.q[d], s.o, s.scratch);
+      if (threadIdx.x < VT)
+        p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
+            from_float<T>(s.o[threadIdx.x]);
+      __syncthreads();  // kh, u and o are reused by the next draft
     }
   }
 };

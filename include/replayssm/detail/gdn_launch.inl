@@ -72,11 +72,12 @@ template <class Policy, op Op, int MaxDraft = 1>
 result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cudaStream_t stream) {
   using rule = typename Policy::rule;
   constexpr bool kv = rule::layout == state_layout::kv;
-  constexpr bool needs_step = (Op == op::eager || Op == op::decode || Op == op::verify);
+  constexpr bool needs_step =
+      (Op == op::eager || Op == op::decode || Op == op::verify || Op == op::eager_draft);
   constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
                                  Op == op::verify || Op == op::accept);
   if (auto r = validate_gdn(p, needs_step, needs_buffer); !r) return r;
-  if (Op == op::load || Op == op::materialize) {
+  if (Op == op::load || Op == op::materialize || Op == op::eager_draft) {
     if (auto r = check_pool(other, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
                             kv ? rule::head_v_dim : rule::head_k_dim,
                             "gated_deltanet: the caller's state buffer is null",
@@ -85,13 +86,13 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
                             "gated_deltanet: the caller's state buffer strides overlap");
         !r)
       return r;
-    if (other.num_slots < p.rows.batch)
+    if (other.num_slots < p.rows.batch * (Op == op::eager_draft ? MaxDraft : 1))
       return fail(status::bad_shape,
                   "gated_deltanet: the caller's state buffer has fewer rows than batch");
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
-  if (Op == op::verify && p.spec.num_draft == nullptr)
+  if ((Op == op::verify || Op == op::eager_draft) && p.spec.num_draft == nullptr)
     return fail(status::null_pointer, "gated_deltanet: spec.num_draft is null (verify_step)");
   if (Op == op::accept && p.spec.accepted == nullptr)
     return fail(status::null_pointer, "gated_deltanet: spec.accepted is null (accept)");
@@ -119,6 +120,12 @@ template <int MaxDraft, class Policy>
 result verify_step(const gdn_params<Policy>& p, cudaStream_t stream) {
   static_assert(MaxDraft >= 1, "verify_step: MaxDraft must be at least 1");
   return detail::launch_gdn<Policy, detail::op::verify, MaxDraft>(p, state_pool_ref{}, stream);
+}
+template <int MaxDraft, class Policy>
+result eager_draft_step(const gdn_params<Policy>& p, const state_pool_ref& intermediate,
+                        cudaStream_t stream) {
+  static_assert(MaxDraft >= 1, "eager_draft_step: MaxDraft must be at least 1");
+  return detail::launch_gdn<Policy, detail::op::eager_draft, MaxDraft>(p, intermediate, stream);
 }
 template <class Policy>
 result accept(const gdn_params<Policy>& p, cudaStream_t stream) {

@@ -22,15 +22,16 @@ struct mamba2_agent {
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
   // Steps staged in shared memory at once: buffered steps plus the current one.
-  static constexpr int S = (Op == op::eager) ? 1 : L;
+  static constexpr int S = (Op == op::eager) ? 1 : (Op == op::eager_draft ? MaxDraft : L);
   using tile_t = keep_major_tile<TR, N, NT>;
   static_assert(P % TR == 0,
                 "mamba2: the policy's Tile (rows of headdim per block) must divide headdim.");
   static_assert(TR <= NT && N <= NT,
                 "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
-  static constexpr int NC = (Op == op::verify) ? MaxDraft : 1;  // C vectors staged
-  static_assert(Op != op::verify || L >= K - 1 + MaxDraft,
+  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft);
+  static constexpr int NC = drafts ? MaxDraft : 1;  // C vectors staged
+  static_assert(!drafts || Op == op::eager_draft || L >= K - 1 + MaxDraft,
                 "mamba2: the buffer must hold a full commit window plus the largest draft: "
                 "BufferLen >= CommitInterval - 1 + MaxDraft.");
 
@@ -84,6 +85,8 @@ struct mamba2_agent {
     tile.load(tile_ptr(p, slot, h, t), p.state.row_stride);
     if constexpr (Op == op::verify)
       process_verify(p, b, h, t, slot, tile);
+    else if constexpr (Op == op::eager_draft)
+      process_eager_draft(p, b, h, t, tile, other);
     else
       process(p, b, h, t, slot, tile, other);
   }
@@ -220,24 +223,10 @@ struct mamba2_agent {
                             commit ? 0 : n + 1);
   }
 
-  /// op::verify: the outputs of row b's draft steps t < num_draft[b] (input rows
-  /// b * MaxDraft + t), each from the checkpoint, the buffered steps and drafts 0..t, with one
-  /// read of the checkpoint and no state write; the drafts are appended to the buffer after the
-  /// cursor, which does not move (op::accept moves it).
-  REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int h, int t, int64_t slot,
-                                       const tile_t& tile) {
-    const int H = p.nheads;
-    const int g = h / (H / p.ngroups);
-    const int row0 = t * TR;
-    const float A = p.weights.A[h];
-    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
-    int nd = p.spec.num_draft[b];
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
-    stage_rows<S, N, NT>(s.B, p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N,
-                         int64_t(p.ngroups) * N, n);
-    stage_rows<S, TR, NT>(s.x, p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0, int64_t(H) * P,
-                          n);
-    if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
+  /// Stages row b's nd draft steps (input rows b * MaxDraft + d) at positions n..n+nd-1: B, this
+  /// block's rows of x, dt after bias and softplus, and each draft's C in s.C[d].
+  REPLAYSSM_DEVICE void stage_drafts(const params_t& p, int b, int h, int g, int row0, int n,
+                                     int nd) {
     for (int i = threadIdx.x; i < nd * N; i += NT) {
       const int64_t r = int64_t(b) * MaxDraft + i / N;
       s.B[n + i / N][i % N] =
@@ -257,6 +246,27 @@ struct mamba2_agent {
       if (p.weights.dt_softplus) dt = softplus(dt);
       s.dt[n + threadIdx.x] = dt;
     }
+  }
+
+  /// op::verify: the outputs of row b's draft steps t < num_draft[b] (input rows
+  /// b * MaxDraft + t), each from the checkpoint, the buffered steps and drafts 0..t, with one
+  /// read of the checkpoint and no state write; the drafts are appended to the buffer after the
+  /// cursor, which does not move (op::accept moves it).
+  REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int h, int t, int64_t slot,
+                                       const tile_t& tile) {
+    const int H = p.nheads;
+    const int g = h / (H / p.ngroups);
+    const int row0 = t * TR;
+    const float A = p.weights.A[h];
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    int nd = p.spec.num_draft[b];
+    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    stage_rows<S, N, NT>(s.B, p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N,
+                         int64_t(p.ngroups) * N, n);
+    stage_rows<S, TR, NT>(s.x, p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0, int64_t(H) * P,
+                          n);
+    if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
+    stage_drafts(p, b, h, g, row0, n, nd);
     __syncthreads();
     for (int d = 0; d < nd; ++d) {
       replay_rows(tile, s.C[d], n + d + 1, A);
@@ -284,6 +294,39 @@ struct mamba2_agent {
         for (int i = threadIdx.x; i < nd * N; i += NT)
           p.buffer.B[(buf_step(slot, n + i / N) * p.ngroups + g) * N + i % N] =
               from_float<T>(s.B[n + i / N][i % N]);
+    }
+  }
+
+  /// op::eager_draft, the baseline speculative round of eager engines: reads the state once, then
+  /// for each draft d < num_draft[b] applies it, writes the intermediate state to `other` row
+  /// b * MaxDraft + d (so any prefix can be kept) and writes its output; the slot's own state is
+  /// not written.
+  REPLAYSSM_DEVICE void process_eager_draft(const params_t& p, int b, int h, int t, tile_t& tile,
+                                            const state_pool_ref& other) {
+    const int g = h / (p.nheads / p.ngroups);
+    const int row0 = t * TR;
+    const float A = p.weights.A[h];
+    int nd = p.spec.num_draft[b];
+    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    stage_drafts(p, b, h, g, row0, 0, nd);
+    __syncthreads();
+    for (int d = 0; d < nd; ++d) {
+      const int64_t r = int64_t(b) * MaxDraft + d;
+      tile.rank1(expf(A * s.dt[d]), s.B[d], s.x[d], s.dt[d]);
+      tile.store(other.data + r * other.slot_stride + h * other.head_stride +
+                     int64_t(row0) * other.row_stride,
+                 other.row_stride);
+      tile.contract(s.C[d], s.y, nullptr);
+      if (threadIdx.x < TR) {
+        float y = s.y[threadIdx.x];
+        if (p.weights.D) y = fmaf(p.weights.D[h], s.x[d][threadIdx.x], y);
+        if (p.in.z)
+          y *= silu(to_float(
+              p.in.z[r * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + threadIdx.x]));
+        p.in.out[r * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + threadIdx.x] =
+            from_float<T>(y);
+      }
+      __syncthreads();  // s.y is reused by the next draft
     }
   }
 };

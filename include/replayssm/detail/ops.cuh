@@ -14,6 +14,7 @@ enum class op : int {
   load,         // caller's state -> checkpoint, cursor -> 0
   verify,       // speculative: outputs of up to MaxDraft appended draft steps, no cursor change
   accept,       // speculative: cursor += accepted; a window that fills commits (accepted only)
+  eager_draft,  // the eager engines' speculative round: one intermediate state written per draft
 };
 
 /// The number of buffered steps a launch of `Op` may use, from the slot's cursor. A cursor outside
