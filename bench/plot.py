@@ -35,6 +35,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
     ap.add_argument("--out-dir", default=os.path.dirname(os.path.abspath(__file__)) + "/results")
+    ap.add_argument("--spec", default=None, help="bench_spec JSON: adds the speculative-round table")
     args = ap.parse_args()
     ctx, rows = load(args.json)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -86,6 +87,21 @@ def main():
         for k, b in sorted(ks.items()):
             ratio = f"{eager_line[rule] / us(b):.2f}x" if eager_line[rule] else "?"
             lines.append(f"| {rule} | {k} | {us(b):.1f} | {b['bytes_per_step'] / 1e6:.0f} | {ratio} |")
+    if args.spec and os.path.exists(args.spec):
+        _, spec_rows = load(args.spec)
+        rounds = defaultdict(dict)
+        for n, b in spec_rows.items():
+            m = re.match(r"^spec/(\w+)/([^/]+)/T(\d+)/(replay|eager)_round", n)
+            if m:
+                rounds[(m.group(1), m.group(2), int(m.group(3)))][m.group(4)] = b
+        lines.append("\n## Speculative rounds, batch 256, K = 16 (per round, random acceptance)\n")
+        lines.append("| rule | shape | T | eager round us | replay round us | x eager | replay % copy |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for (rule, shape, t), r in sorted(rounds.items()):
+            if "eager" in r and "replay" in r:
+                e, p = r["eager"], r["replay"]
+                lines.append(f"| {rule} | {shape} | {t} | {us(e):.1f} | {us(p):.1f} | "
+                             f"{us(e) / us(p):.2f}x | {100 * p['bytes_per_second'] / copy:.0f}% |")
     with open(os.path.join(args.out_dir, "decode_summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

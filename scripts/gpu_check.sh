@@ -76,6 +76,12 @@ for what in "${@:-all}"; do
     "$bench" --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPS:-3}" \
       --benchmark_report_aggregates_only=true --benchmark_out="$OUT/bench_decode.json" \
       --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} > "$OUT/bench.log" 2>&1 || rc=1
+    spec="$BIN/bench_spec"; [[ -x "$spec" ]] || spec="$BIN/bench/bench_spec"
+    if [[ -x "$spec" ]]; then
+      "$spec" --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPS:-3}" \
+        --benchmark_report_aggregates_only=true --benchmark_out="$OUT/bench_spec.json" \
+        --benchmark_out_format=json >> "$OUT/bench.log" 2>&1 || rc=1
+    fi
     grep -E "median" "$OUT/bench.log" | sed -e "s/_median//" -e "s/manual_time//" -e "s/bytes_per_step=[^ ]*//" | tr -s ' ' | cut -c1-150
   fi
 done

@@ -13,9 +13,9 @@ if ! dpkg-query -W -f='${Status}' libbenchmark-dev 2>/dev/null | grep -q 'instal
     apt-get install -y --no-install-recommends libbenchmark-dev
 fi
 replayssm_configure
-cmake --build "$BUILD_DIR" --target bench_decode --parallel "$(nproc)"
+cmake --build "$BUILD_DIR" --target bench_decode bench_spec --parallel "$(nproc)"
 if ! replayssm_have_gpu; then
-  echo "No GPU on this machine: the benchmarks need one. Built $BUILD_DIR/bench/bench_decode."
+  echo "No GPU on this machine: the benchmarks need one. Built them under $BUILD_DIR/bench/."
   exit 0
 fi
 out=bench/results
@@ -23,4 +23,7 @@ mkdir -p "$out"
 "$BUILD_DIR/bench/bench_decode" --benchmark_min_time="${BENCH_MIN_TIME:-0.1}" \
   --benchmark_repetitions="${BENCH_REPS:-3}" --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/decode.json" --benchmark_out_format=json
-python3 bench/plot.py "$out/decode.json" --out-dir "$out"
+"$BUILD_DIR/bench/bench_spec" --benchmark_min_time="${BENCH_MIN_TIME:-0.1}" \
+  --benchmark_repetitions="${BENCH_REPS:-3}" --benchmark_report_aggregates_only=true \
+  --benchmark_out="$out/spec.json" --benchmark_out_format=json
+python3 bench/plot.py "$out/decode.json" --spec "$out/spec.json" --out-dir "$out"

@@ -1,0 +1,126 @@
+// Speculative rounds at batch 256: ReplaySSM's round (verify_step + accept, random acceptance,
+// steady state: the commits accept triggers included) against the eager engines' round
+// (eager_draft_step: one read, one intermediate state written per draft; keeping the accepted
+// prefix is a slot-index redirect, free). T tokens per row per round: the last accepted token
+// plus T - 1 drafts. Manual time from CUDA events per round; bytes counted as each scheme must
+// move them.
+#include "setups.cuh"
+
+namespace {
+
+using namespace replayssm;
+using rbench::cached_setup;
+using rbench::dev_array;
+using rbench::T;
+
+constexpr int K = 16, L = 24;  // L >= K - 1 + the largest T (8)
+using m2pol = replay_policy<rules::mamba2<64, 128, T>, L, K>;
+using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, L, K>;
+
+// Per-row counts on the device: num_draft = T for every row, and `sets` random acceptance
+// vectors (uniform in [1, T]) rotated over the rounds.
+struct spec_counts {
+  int batch, sets = 16;
+  dev_array<int32_t> num_draft, accepted;
+  double mean_accepted = 0;
+  spec_counts(int b, int t) : batch(b), num_draft(b), accepted(size_t(b) * 16) {
+    std::vector<int32_t> nd(b, t), acc(size_t(b) * sets);
+    std::mt19937_64 rng(7);
+    for (auto& a : acc) a = 1 + int(rng() % t), mean_accepted += a;
+    mean_accepted /= acc.size();
+    RBENCH_CHECK(cudaMemcpy(num_draft.ptr, nd.data(), nd.size() * 4, cudaMemcpyHostToDevice));
+    RBENCH_CHECK(cudaMemcpy(accepted.ptr, acc.data(), acc.size() * 4, cudaMemcpyHostToDevice));
+  }
+  spec_ref round(int i) const { return {num_draft.ptr, accepted.ptr + size_t(i % sets) * batch}; }
+};
+
+template <int Tn, class Setup>
+void run_round(benchmark::State& state, Setup& s, bool replay) {
+  spec_counts counts(s.batch, Tn);
+  dev_array<float> intermediate(replay ? 0 : size_t(s.batch) * Tn * s.state_elems());
+  const state_pool_ref inter{intermediate.ptr, int64_t(s.state_elems()),
+                             s.params(0).state.head_stride, s.params(0).state.row_stride,
+                             s.batch * Tn};
+  cudaStream_t stream;
+  RBENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  rbench::event_timer timer(stream);
+  RBENCH_CHECK(cudaMemset(s.cursor.ptr, 0, s.cursor.n * 4));
+  int it = 0;
+  auto round = [&](int i) {
+    auto p = s.params(0);  // one slot set: the pool is >= 1 GiB at batch 256
+    p.spec = counts.round(i);
+    if (replay) {
+      RBENCH_CHECK(verify_step<Tn>(p, stream));
+      RBENCH_CHECK(accept(p, stream));
+    } else {
+      RBENCH_CHECK(eager_draft_step<Tn>(p, inter, stream));
+    }
+  };
+  for (int w = 0; w < 2 * K; ++w) round(w);  // warm-up into the steady state of cursors
+  RBENCH_CHECK(cudaStreamSynchronize(stream));
+  for (auto _ : state) {
+    timer.begin();
+    round(it++);
+    state.SetIterationTime(timer.end());
+  }
+  // Bytes per row per round.
+  const double S = s.state_bytes(), bs = s.step_buffer_bytes(), io = s.io_bytes();
+  double bytes;
+  if (replay) {
+    const double a = counts.mean_accepted, mean_buffered = (K - 1) / 2.0;
+    bytes = S + (mean_buffered + Tn) * bs + Tn * io + (a / K) * (2 * S + (K - 1 + a / 2) * bs);
+  } else {
+    bytes = (1 + Tn) * S + Tn * io;
+  }
+  state.SetBytesProcessed(int64_t(bytes * s.batch * state.iterations()));
+  state.counters["bytes_per_round"] = bytes * s.batch;
+  state.counters["T"] = Tn;
+  state.counters["mean_accepted"] = counts.mean_accepted;
+  RBENCH_CHECK(cudaStreamDestroy(stream));
+}
+
+template <int Tn>
+void bm_mamba2(benchmark::State& state) {
+  auto& s =
+      cached_setup<rbench::mamba2_setup<m2pol>>(int(state.range(0)), int(state.range(1)), 256, 8);
+  run_round<Tn>(state, s, state.range(2) == 1);
+}
+template <int Tn>
+void bm_gdn(benchmark::State& state) {
+  auto& s =
+      cached_setup<rbench::gdn_setup<gdnpol>>(int(state.range(0)), int(state.range(1)), 256, 8);
+  run_round<Tn>(state, s, state.range(2) == 1);
+}
+
+template <int Tn>
+void register_rounds() {
+  const std::string t = "/T" + std::to_string(Tn);
+  for (int replay : {0, 1}) {
+    const std::string kind = replay ? "/replay_round" : "/eager_round";
+    benchmark::RegisterBenchmark(("spec/mamba2/H128_G8" + t + kind).c_str(), bm_mamba2<Tn>)
+        ->Args({128, 8, replay})
+        ->ArgNames({"H", "G", "replay"})
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    for (int hv : {64, 32})
+      benchmark::RegisterBenchmark(
+          ("spec/gdn/Hv" + std::to_string(hv) + "_Hk16" + t + kind).c_str(), bm_gdn<Tn>)
+          ->Args({hv, 16, replay})
+          ->ArgNames({"Hv", "Hk", "replay"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  rbench::add_device_context();
+  register_rounds<2>();
+  register_rounds<4>();
+  register_rounds<8>();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
