@@ -44,7 +44,7 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
   cudaStream_t stream;
   RBENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   rbench::event_timer timer(stream);
-  RBENCH_CHECK(cudaMemset(s.cursor.ptr, 0, s.cursor.n * 4));
+  RBENCH_CHECK(cudaMemsetAsync(s.cursor.ptr, 0, s.cursor.n * 4, stream));
   int it = 0;
   auto round = [&](int i) {
     auto p = s.params(0);  // one slot set: the pool is >= 1 GiB at batch 256
@@ -56,7 +56,7 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
       RBENCH_CHECK(eager_draft_step<Tn>(p, inter, stream));
     }
   };
-  for (int w = 0; w < 2 * K; ++w) round(w);  // warm-up into the steady state of cursors
+  for (int w = 0; w < 2 * K; ++w) round(w);  // warm-up into the steady state of the cursors
   RBENCH_CHECK(cudaStreamSynchronize(stream));
   for (auto _ : state) {
     timer.begin();
@@ -68,7 +68,10 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
   double bytes;
   if (replay) {
     const double a = counts.mean_accepted, mean_buffered = (K - 1) / 2.0;
-    bytes = S + (mean_buffered + Tn) * bs + Tn * io + (a / K) * (2 * S + (K - 1 + a / 2) * bs);
+    // A commit folds the window plus the overshoot of the round that fills it: about
+    // K + (a - 1) / 2 steps, once every that many accepted steps.
+    const double fold = K + (a - 1) / 2;
+    bytes = S + (mean_buffered + Tn) * bs + Tn * io + (a / fold) * (2 * S + fold * bs);
   } else {
     bytes = (1 + Tn) * S + Tn * io;
   }

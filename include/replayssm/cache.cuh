@@ -52,8 +52,9 @@ struct cursor_ref {
 /// @brief Speculative decoding: per-row counts in device memory, as engines provide them.
 ///
 /// For a verification launch (`verify_step<MaxDraft>`), row b has `num_draft[b]` draft steps in
-/// `[1, MaxDraft]`, laid out as input rows `b * MaxDraft + t`. For `accept`, row b keeps the
-/// first `accepted[b]` of them (the verified prefix); the rest are forgotten (a cursor move).
+/// `[0, MaxDraft]`, laid out as input rows `b * MaxDraft + t`. For `accept`, row b keeps the
+/// first `accepted[b]` of them (the verified prefix; clamped to `num_draft[b]` when `num_draft`
+/// is given); the rest are forgotten (a cursor move).
 struct spec_ref {
   const int32_t* num_draft = nullptr;  ///< device array `[batch]` (verify)
   const int32_t* accepted = nullptr;   ///< device array `[batch]` (accept)

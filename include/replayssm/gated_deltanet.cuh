@@ -98,7 +98,6 @@ result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaSt
 /// a backward sweep from its own q, one read of the checkpoint, no state write, cursor unchanged.
 template <int MaxDraft, class Policy>
 result verify_step(const gdn_params<Policy>& p, cudaStream_t stream);
-/// @brief Keeps the first `spec.accepted[b]` drafts of each row; a full window commits them.
 /// @brief The speculative round of eager engines, the baseline verify_step is measured against:
 /// reads each row's state once, applies its `spec.num_draft[b]` drafts in order, writes the state
 /// after each draft to `intermediate` row `b * MaxDraft + d` (so any prefix can be kept) and the
@@ -106,11 +105,13 @@ result verify_step(const gdn_params<Policy>& p, cudaStream_t stream);
 template <int MaxDraft, class Policy>
 result eager_draft_step(const gdn_params<Policy>& p, const state_pool_ref& intermediate,
                         cudaStream_t stream);
+/// @brief Keeps the first `spec.accepted[b]` drafts of each row; a full window commits them.
 template <class Policy>
 result accept(const gdn_params<Policy>& p, cudaStream_t stream);
 /// @brief Host checks the launchers run first (see validate_mamba2).
 template <class Policy>
-result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer);
+result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer,
+                    int input_rows_per_row = 1);
 
 }  // namespace replayssm
 

@@ -124,9 +124,6 @@ result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cud
 template <int MaxDraft, class Policy>
 result verify_step(const mamba2_params<Policy>& p, cudaStream_t stream);
 
-/// @brief Keeps the first `spec.accepted[b]` drafts of each row (cursor += accepted; rejected
-/// drafts are forgotten); a row whose buffer then holds K or more steps commits exactly those
-/// accepted steps into its checkpoint. Rows that do not commit touch no state.
 /// @brief The speculative round of eager engines, the baseline verify_step is measured against:
 /// reads each row's state once, applies its `spec.num_draft[b]` drafts in order, writes the state
 /// after each draft to `intermediate` row `b * MaxDraft + d` (so any prefix can be kept) and the
@@ -134,15 +131,19 @@ result verify_step(const mamba2_params<Policy>& p, cudaStream_t stream);
 template <int MaxDraft, class Policy>
 result eager_draft_step(const mamba2_params<Policy>& p, const state_pool_ref& intermediate,
                         cudaStream_t stream);
+/// @brief Keeps the first `spec.accepted[b]` drafts of each row (cursor += accepted; rejected
+/// drafts are forgotten); a row whose buffer then holds K or more steps commits exactly those
+/// accepted steps into its checkpoint. Rows that do not commit touch no state.
 template <class Policy>
 result accept(const mamba2_params<Policy>& p, cudaStream_t stream);
 
 /// @brief Host checks the launchers run first: shapes against the policy, pointers, alignment,
 /// strides. `needs_step`: the step inputs are read; `needs_buffer`: buffer and cursors are used;
-/// `needs_weights`: A (and dt_bias, D when given) are read.
+/// `needs_weights`: A (and dt_bias, D when given) are read; `input_rows_per_row`: input rows per
+/// batch row (MaxDraft for the speculative launches).
 template <class Policy>
 result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool needs_buffer,
-                       bool needs_weights);
+                       bool needs_weights, int input_rows_per_row = 1);
 
 }  // namespace replayssm
 

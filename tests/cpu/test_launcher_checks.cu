@@ -235,6 +235,17 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     r = accept(p, nullptr);
     CHECK(r.code == status::null_pointer);
     CHECK(mentions(r, "spec.accepted"));
+    const state_pool_ref inter{fake_f, 8 * 64 * 128, 64 * 128, 128, 4 * 8};
+    r = eager_draft_step<8>(p, inter, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "eager_draft_step"));
+    p.spec.num_draft = fake_i;
+    r = eager_draft_step<8>(p, state_pool_ref{fake_f, 8 * 64 * 128, 64 * 128, 128, 3}, nullptr);
+    CHECK(r.code == status::bad_shape);  // fewer intermediate rows than batch * MaxDraft
+    p.rows.batch = 1;  // one row, but MaxDraft input rows: the batch stride still matters
+    p.in.x_batch_stride = 0;
+    r = verify_step<8>(p, nullptr);
+    CHECK(r.code == status::bad_stride);
   }
   SECTION("an empty batch is a successful no-op") {
     auto p = valid_mamba2();

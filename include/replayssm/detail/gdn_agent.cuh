@@ -34,6 +34,9 @@ struct gdn_agent {
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
   static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft);
+  static_assert(NT >= L && (!drafts || NT >= MaxDraft),
+                "replay_policy: BlockThreads must be at least BufferLen (and MaxDraft): each "
+                "thread stages one buffered step's scalars.");
   static constexpr int NQ = drafts ? MaxDraft : 1;  // q vectors staged
   static_assert(Op != op::verify || L >= K - 1 + MaxDraft,
                 "gated_deltanet: the buffer must hold a full commit window plus the largest "
@@ -112,7 +115,8 @@ struct gdn_agent {
   /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
   static REPLAYSSM_DEVICE int accepted_steps(const params_t& p, int64_t slot, int b) {
     const int n = buffered_steps<op::accept, K, L>(p.cursors.cursor[slot]);
-    const int a = p.spec.accepted[b];
+    int a = p.spec.accepted[b];
+    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
     return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
   }
 

@@ -8,7 +8,8 @@
 namespace replayssm {
 
 template <class Policy>
-result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer) {
+result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer,
+                    int input_rows_per_row) {
   using detail::fail;
   using rule = typename Policy::rule;
   constexpr bool kv = rule::layout == state_layout::kv;
@@ -44,7 +45,7 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
     if (p.in.q_head_stride < rule::head_k_dim || p.in.k_head_stride < rule::head_k_dim ||
         p.in.v_head_stride < rule::head_v_dim || p.in.out_head_stride < rule::head_v_dim)
       return fail(status::bad_stride, "gated_deltanet: head strides must cover the head dims");
-    if (p.rows.batch > 1 &&
+    if (int64_t(p.rows.batch) * input_rows_per_row > 1 &&
         (p.in.q_batch_stride < int64_t(p.num_k_heads) * p.in.q_head_stride ||
          p.in.k_batch_stride < int64_t(p.num_k_heads) * p.in.k_head_stride ||
          p.in.v_batch_stride < int64_t(p.num_v_heads) * p.in.v_head_stride ||
@@ -76,7 +77,8 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
       (Op == op::eager || Op == op::decode || Op == op::verify || Op == op::eager_draft);
   constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
                                  Op == op::verify || Op == op::accept);
-  if (auto r = validate_gdn(p, needs_step, needs_buffer); !r) return r;
+  constexpr int rows_per_row = (Op == op::verify || Op == op::eager_draft) ? MaxDraft : 1;
+  if (auto r = validate_gdn(p, needs_step, needs_buffer, rows_per_row); !r) return r;
   if (Op == op::load || Op == op::materialize || Op == op::eager_draft) {
     if (auto r = check_pool(other, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
                             kv ? rule::head_v_dim : rule::head_k_dim,
@@ -93,7 +95,9 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
   if ((Op == op::verify || Op == op::eager_draft) && p.spec.num_draft == nullptr)
-    return fail(status::null_pointer, "gated_deltanet: spec.num_draft is null (verify_step)");
+    return fail(status::null_pointer,
+                Op == op::verify ? "gated_deltanet: spec.num_draft is null (verify_step)"
+                                 : "gated_deltanet: spec.num_draft is null (eager_draft_step)");
   if (Op == op::accept && p.spec.accepted == nullptr)
     return fail(status::null_pointer, "gated_deltanet: spec.accepted is null (accept)");
   return launch_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);

@@ -30,6 +30,9 @@ struct mamba2_agent {
                 "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
   static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft);
+  static_assert(NT >= L && (!drafts || NT >= MaxDraft),
+                "replay_policy: BlockThreads must be at least BufferLen (and MaxDraft): each "
+                "thread stages one buffered step's scalars.");
   static constexpr int NC = drafts ? MaxDraft : 1;  // C vectors staged
   static_assert(!drafts || Op == op::eager_draft || L >= K - 1 + MaxDraft,
                 "mamba2: the buffer must hold a full commit window plus the largest draft: "
@@ -94,7 +97,8 @@ struct mamba2_agent {
   /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
   static REPLAYSSM_DEVICE int accepted_steps(const params_t& p, int64_t slot, int b) {
     const int n = buffered_steps<op::accept, K, L>(p.cursors.cursor[slot]);
-    const int a = p.spec.accepted[b];
+    int a = p.spec.accepted[b];
+    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
     return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
   }
 

@@ -9,7 +9,7 @@ namespace replayssm {
 
 template <class Policy>
 result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool needs_buffer,
-                       bool needs_weights) {
+                       bool needs_weights, int input_rows_per_row) {
   using detail::fail;
   using rule = typename Policy::rule;
   if (p.headdim != rule::headdim)
@@ -42,10 +42,11 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
       return fail(status::bad_stride, "mamba2: x/z/out head strides must be at least headdim");
     if (p.in.B_group_stride < rule::dstate || p.in.C_group_stride < rule::dstate)
       return fail(status::bad_stride, "mamba2: B/C group strides must be at least dstate");
-    if (p.rows.batch > 1 && (p.in.x_batch_stride < int64_t(p.nheads) * p.in.x_head_stride ||
-                             p.in.out_batch_stride < int64_t(p.nheads) * p.in.out_head_stride ||
-                             p.in.B_batch_stride < int64_t(p.ngroups) * p.in.B_group_stride ||
-                             p.in.C_batch_stride < int64_t(p.ngroups) * p.in.C_group_stride))
+    if (int64_t(p.rows.batch) * input_rows_per_row > 1 &&
+        (p.in.x_batch_stride < int64_t(p.nheads) * p.in.x_head_stride ||
+         p.in.out_batch_stride < int64_t(p.nheads) * p.in.out_head_stride ||
+         p.in.B_batch_stride < int64_t(p.ngroups) * p.in.B_group_stride ||
+         p.in.C_batch_stride < int64_t(p.ngroups) * p.in.C_group_stride))
       return fail(status::bad_stride, "mamba2: a batch stride is smaller than one row's extent");
   }
   if (needs_buffer) {
@@ -67,7 +68,9 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
       (Op == op::eager || Op == op::decode || Op == op::verify || Op == op::eager_draft);
   constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
                                  Op == op::verify || Op == op::accept);
-  if (auto r = validate_mamba2(p, needs_step, needs_buffer, Op != op::load); !r) return r;
+  constexpr int rows_per_row = (Op == op::verify || Op == op::eager_draft) ? MaxDraft : 1;
+  if (auto r = validate_mamba2(p, needs_step, needs_buffer, Op != op::load, rows_per_row); !r)
+    return r;
   if (Op == op::load || Op == op::materialize || Op == op::eager_draft) {
     if (auto r = check_pool(other, p.nheads, Policy::rule::headdim, Policy::rule::dstate,
                             "mamba2: the caller's state buffer is null",
@@ -82,7 +85,9 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
   if ((Op == op::verify || Op == op::eager_draft) && p.spec.num_draft == nullptr)
-    return fail(status::null_pointer, "mamba2: spec.num_draft is null (verify_step)");
+    return fail(status::null_pointer, Op == op::verify
+                                          ? "mamba2: spec.num_draft is null (verify_step)"
+                                          : "mamba2: spec.num_draft is null (eager_draft_step)");
   if (Op == op::accept && p.spec.accepted == nullptr)
     return fail(status::null_pointer, "mamba2: spec.accepted is null (accept)");
   return launch_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
