@@ -54,10 +54,17 @@ struct cursor_ref {
 /// For a verification launch (`verify_step<MaxDraft>`), row b has `num_draft[b]` draft steps in
 /// `[0, MaxDraft]`, laid out as input rows `b * MaxDraft + t`. For `accept`, row b keeps the
 /// first `accepted[b]` of them (the verified prefix; clamped to `num_draft[b]` when `num_draft`
-/// is given); the rest are forgotten (a cursor move).
+/// is given); the rest are forgotten (a cursor move). With `parent`, the drafts form a tree and
+/// each draft's output is that of the path from the root to it.
 struct spec_ref {
   const int32_t* num_draft = nullptr;  ///< device array `[batch]` (verify)
   const int32_t* accepted = nullptr;   ///< device array `[batch]` (accept)
+  /// Token trees (EAGLE style), or null for chains: `parent[b * MaxDraft + d]` is the parent
+  /// draft of draft d (-1: a child of the last accepted token), always an earlier draft.
+  const int32_t* parent = nullptr;
+  /// Trees: the accepted path's drafts, root side first, `accepted[b]` of them per row, at
+  /// `accepted_nodes[b * MaxDraft + k]` (`accept_tree` moves them to the buffer's tail).
+  const int32_t* accepted_nodes = nullptr;
 };
 
 static_assert(std::is_trivially_copyable<spec_ref>::value, "views must be trivially copyable");

@@ -108,6 +108,11 @@ result eager_draft_step(const gdn_params<Policy>& p, const state_pool_ref& inter
 /// @brief Keeps the first `spec.accepted[b]` drafts of each row; a full window commits them.
 template <class Policy>
 result accept(const gdn_params<Policy>& p, cudaStream_t stream);
+/// @brief Token trees: moves each row's accepted path (`spec.accepted_nodes`, `spec.accepted[b]`
+/// drafts, root side first) to the buffer's tail, then runs @ref accept. Two launches, no host
+/// round trip. Verify the tree with `verify_step<MaxDraft>` and `spec.parent` set.
+template <int MaxDraft, class Policy>
+result accept_tree(const gdn_params<Policy>& p, cudaStream_t stream);
 /// @brief Host checks the launchers run first (see validate_mamba2).
 template <class Policy>
 result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer,

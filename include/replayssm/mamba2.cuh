@@ -136,6 +136,11 @@ result eager_draft_step(const mamba2_params<Policy>& p, const state_pool_ref& in
 /// accepted steps into its checkpoint. Rows that do not commit touch no state.
 template <class Policy>
 result accept(const mamba2_params<Policy>& p, cudaStream_t stream);
+/// @brief Token trees: moves each row's accepted path (`spec.accepted_nodes`, `spec.accepted[b]`
+/// drafts, root side first) to the buffer's tail, then runs @ref accept. Two launches, no host
+/// round trip. Verify the tree with `verify_step<MaxDraft>` and `spec.parent` set.
+template <int MaxDraft, class Policy>
+result accept_tree(const mamba2_params<Policy>& p, cudaStream_t stream);
 
 /// @brief Host checks the launchers run first: shapes against the policy, pointers, alignment,
 /// strides. `needs_step`: the step inputs are read; `needs_buffer`: buffer and cursors are used;

@@ -9,7 +9,11 @@ namespace {
 
 using namespace replayssm;
 
-template <int MaxDraft, class Case>
+/// Tree = false: chains (draft t follows t - 1), accepted = a prefix, and the eager engines' round
+/// runs beside ReplaySSM's. Tree = true: random EAGLE-style trees (parent[d] in [-1, d)), every
+/// node checked against the float64 reference along its path, accepted = the path to a random
+/// node (accept_tree).
+template <int MaxDraft, bool Tree = false, class Case>
 void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
   const int nseq = 2, batch = 3, num_slots = 7;
   c.allocate(batch * MaxDraft, num_slots, rng);  // input and output rows: b * MaxDraft + t
@@ -38,6 +42,7 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
   }
   rtest::dev_array<float> intermediate(size_t(batch) * MaxDraft * c.state_elems());
   rtest::dev_array<int32_t> slot_idx(batch), num_draft(batch), accepted(batch);
+  rtest::dev_array<int32_t> parent(size_t(batch) * MaxDraft), nodes(size_t(batch) * MaxDraft);
   double worst = 0;
   int commits_expected = 0;
   std::vector<int> buffered(nseq, 0);
@@ -45,11 +50,19 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     std::vector<int> row_seq{0, 1, -1};
     std::shuffle(row_seq.begin(), row_seq.end(), rng);
     std::vector<int32_t> idx(batch), nd(batch), acc(batch);
+    std::vector<int32_t> par(size_t(batch) * MaxDraft), path_nodes(size_t(batch) * MaxDraft, -1);
+    std::vector<std::vector<int>> path(batch);  // the accepted drafts, root side first
     std::vector<std::vector<typename Case::step_t>> drafts(batch);
     for (int b = 0; b < batch; ++b) {
       idx[b] = row_seq[b] >= 0 ? perm[row_seq[b]] : -1;
       nd[b] = rng() % 16 == 0 ? 0 : 1 + int(rng() % MaxDraft);  // now and then no draft
-      acc[b] = int(rng() % (nd[b] + 1));                        // 0 .. all
+      std::vector<int> pr(nd[b]);
+      for (int d = 0; d < nd[b]; ++d) pr[d] = Tree ? int(rng() % (d + 1)) - 1 : d - 1;
+      for (int d = 0; d < nd[b]; ++d) par[size_t(b) * MaxDraft + d] = pr[d];
+      const int last = int(rng() % (nd[b] + 1)) - 1;  // accepted up to this draft (-1: none)
+      if (last >= 0) path[b] = replayssm::ref::tree_path(pr, last);
+      acc[b] = int(path[b].size());
+      for (int k = 0; k < acc[b]; ++k) path_nodes[size_t(b) * MaxDraft + k] = path[b][k];
       for (int t = 0; t < MaxDraft; ++t) {
         const auto s = c.random_step(rng);
         c.set_row(b * MaxDraft + t, s);
@@ -59,16 +72,19 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     slot_idx.upload(idx);
     num_draft.upload(nd);
     accepted.upload(acc);
+    parent.upload(par);
+    nodes.upload(path_nodes);
     c.upload_inputs();
     c.out_r.poison();
     c.out_e.poison();
     auto p = c.params(c.pool_r.ptr, slot_idx.ptr, batch, -1, c.out_r.ptr);
-    p.spec = {num_draft.ptr, accepted.ptr};
+    p.spec = {num_draft.ptr, accepted.ptr, Tree ? parent.ptr : nullptr, nodes.ptr};
     RTEST_OK(verify_step<MaxDraft>(p, 0));
-    // The eager engines' round beside it: one intermediate state per draft.
+    // The eager engines' round beside it (chains): one intermediate state per draft.
     auto pe = c.params(c.pool_e.ptr, slot_idx.ptr, batch, -1, c.out_e.ptr);
     pe.spec = p.spec;
-    RTEST_OK(eager_draft_step<MaxDraft>(pe, c.rows_pool(intermediate.ptr, batch * MaxDraft), 0));
+    if (!Tree)
+      RTEST_OK(eager_draft_step<MaxDraft>(pe, c.rows_pool(intermediate.ptr, batch * MaxDraft), 0));
     RTEST_CUDA(cudaDeviceSynchronize());
     const auto out = c.out_r.download();
     const auto out_e = c.out_e.download();
@@ -82,10 +98,12 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
       }
       if (row_seq[b] < 0) continue;
       auto& st = ref[row_seq[b]];
-      auto probe = st;
+      std::vector<int> pr(par.begin() + size_t(b) * MaxDraft,
+                          par.begin() + size_t(b) * MaxDraft + nd[b]);
       std::vector<double> y;
       for (int t = 0; t < nd[b]; ++t) {
-        c.ref_step(probe, drafts[b][t], y);
+        auto probe = st;  // the sequence's state, then the path from the root to draft t
+        for (int k : replayssm::ref::tree_path(pr, t)) c.ref_step(probe, drafts[b][k], y);
         const auto got = rtest::output_row(out, b * MaxDraft + t, out_n);
         const auto got_e = rtest::output_row(out_e, b * MaxDraft + t, out_n);
         rtest::rel_err e, ee;
@@ -94,10 +112,13 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
         INFO("round " << round << " row " << b << " draft position " << t << " of " << nd[b]
                       << ": verify " << e.value() << ", eager_draft " << ee.value());
         REQUIRE(e.value() < tol);
-        REQUIRE(ee.value() < tol);
-        if (t + 1 == acc[b]) st = probe;  // the accepted prefix becomes the sequence
+        if (!Tree) REQUIRE(ee.value() < tol);
       }
-      if (acc[b] > 0)  // the eager engine keeps the accepted prefix's intermediate state
+      {  // the accepted path becomes the sequence
+        std::vector<double> y2;
+        for (int k : path[b]) c.ref_step(st, drafts[b][k], y2);
+      }
+      if (!Tree && acc[b] > 0)  // the eager engine keeps the accepted prefix's intermediate state
         RTEST_CUDA(
             cudaMemcpy(c.eager_slot(idx[b]),
                        intermediate.ptr + (size_t(b) * MaxDraft + acc[b] - 1) * c.state_elems(),
@@ -106,7 +127,10 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
       if (buffered[row_seq[b]] >= Case::commit_interval)
         buffered[row_seq[b]] = 0, ++commits_expected;
     }
-    RTEST_OK(accept(p, 0));
+    if (Tree)
+      RTEST_OK(accept_tree<MaxDraft>(p, 0));
+    else
+      RTEST_OK(accept(p, 0));
     RTEST_CUDA(cudaDeviceSynchronize());
   }
   // Cursors match the accepted history; the state (checkpoint + buffer) is the reference's.
@@ -124,8 +148,9 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     INFO("sequence " << s << " state vs float64 on accepted tokens");
     REQUIRE(e.value() < 2e-5);
   }
-  std::printf("[spec %s MaxDraft=%d] %d rounds, %d commits, max rel err %.2e\n",
-              typeid(Case).name(), MaxDraft, rounds, commits_expected, worst);
+  std::printf("[spec %s %s MaxDraft=%d] %d rounds, %d commits, max rel err %.2e\n",
+              Tree ? "trees" : "chains", typeid(Case).name(), MaxDraft, rounds, commits_expected,
+              worst);
 }
 
 // Buffers hold a full window plus the largest draft: L >= K - 1 + MaxDraft.
@@ -165,5 +190,29 @@ TEST_CASE("speculative rounds: verify every draft position, accept the verified 
   SECTION("gated deltanet two tiles per head") {
     rtest::gdn_case<gdn_tiles> c(4, 8);
     run_spec_rounds<4>(c, rounds, rng);
+  }
+}
+
+TEST_CASE("token trees: every node's output is its path's, the accepted path becomes the tail",
+          "[gpu][spec][tree]") {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int rounds = std::getenv("REPLAYSSM_TEST_STEPS") ? 40 : 1000;
+  SECTION("mamba2 128/64/128/8, trees of up to 8 drafts") {
+    rtest::mamba2_case<m2> c(128, 8, true);
+    run_spec_rounds<8, true>(c, rounds, rng);
+  }
+  SECTION("gated deltanet 16/32/128/128 kv, trees of up to 8 drafts") {
+    rtest::gdn_case<gdn> c(16, 32);
+    run_spec_rounds<8, true>(c, rounds, rng);
+  }
+  SECTION("mamba2 bf16, two tiles per head, trees of up to 4 drafts") {
+    rtest::mamba2_case<m2_tiles> c(32, 4, true);
+    run_spec_rounds<4, true>(c, rounds, rng);
+  }
+  SECTION("gated deltanet two tiles per head, trees of up to 4 drafts") {
+    rtest::gdn_case<gdn_tiles> c(4, 8);
+    run_spec_rounds<4, true>(c, rounds, rng);
   }
 }

@@ -33,7 +33,8 @@ struct gdn_agent {
   static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
-  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft);
+  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft || Op == op::compact);
+  static_assert(!drafts || MaxDraft <= 32, "speculative launches: MaxDraft must be at most 32.");
   static_assert(NT >= L && (!drafts || NT >= MaxDraft),
                 "replay_policy: BlockThreads must be at least BufferLen (and MaxDraft): each "
                 "thread stages one buffered step's scalars.");
@@ -64,6 +65,7 @@ struct gdn_agent {
     alignas(16) float u[VT];
     alignas(16) float scratch[tile_t::scratch_floats];
     float qscale[NQ];
+    uint32_t path[NQ];  // verify: the drafts on each draft's path (bit k: draft k)
   };
 
   shared_storage& s;
@@ -95,6 +97,10 @@ struct gdn_agent {
       if (hv == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
       return;
     }
+    if constexpr (Op == op::compact) {
+      compact(p, b, hv, t, slot);
+      return;
+    }
     if constexpr (Op == op::accept) {  // no state traffic unless the window fills
       const int n = accepted_steps(p, slot, b);
       if (n < K) {
@@ -120,10 +126,12 @@ struct gdn_agent {
     return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
   }
 
-  /// Replay output of the first m staged steps for the staged query s.q[qi] (normalised):
+  /// Replay output of the staged steps below m for the staged query s.q[qi] (normalised):
   /// s.o[i] = (h_c^T r)[i] + sum_j beta_j c_j v_j[i] for the threads i < VT, by the backward sweep.
   /// Call from all threads.
-  REPLAYSSM_DEVICE void replay_output(const tile_t& tile, int qi, int m) {
+  /// Only the steps j < n0 and the drafts n0 + k with bit k of `mask` set take part (a token
+  /// tree's path); the others count as absent.
+  REPLAYSSM_DEVICE void replay_output(const tile_t& tile, int qi, int m, int n0, uint32_t mask) {
     // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x;
@@ -131,6 +139,10 @@ struct gdn_agent {
 #pragma unroll
       for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[qi][lane + 32 * e] : 0.f;
       for (int j = m - 1; j >= 0; --j) {
+        if (j >= n0 && !((mask >> (j - n0)) & 1u)) {  // not on this draft's path
+          if (lane == 0) s.c[j] = 0.f;
+          continue;
+        }
         float d = 0.f;
 #pragma unroll
         for (int e = 0; e < RPL; ++e)
@@ -302,6 +314,48 @@ struct gdn_agent {
                             commit ? 0 : n + 1);
   }
 
+  /// The drafts on the path from the root to draft d, as bits (chains: drafts 0..d). A parent
+  /// that is not an earlier draft ends the path (malformed trees cannot loop).
+  static REPLAYSSM_DEVICE uint32_t draft_path(const params_t& p, int b, int d) {
+    if (!p.spec.parent) return d >= 31 ? ~0u : (2u << d) - 1u;
+    uint32_t mask = 0;
+    for (int k = d; k >= 0;) {
+      mask |= 1u << k;
+      const int up = p.spec.parent[int64_t(b) * MaxDraft + k];
+      k = up < k ? up : -1;
+    }
+    return mask;
+  }
+
+  /// op::compact: moves row b's accepted path (accepted_nodes, root side first) from buffer
+  /// positions n + node to n + k (see mamba2_agent::compact).
+  REPLAYSSM_DEVICE void compact(const params_t& p, int b, int hv, int t, int64_t slot) {
+    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
+    const int hk = hv / (Hv / Hk);
+    const int v0 = t * VT;
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    int a = p.spec.accepted[b];
+    a = a < 0 ? 0 : (a > MaxDraft ? MaxDraft : (a > L - n ? L - n : a));
+    const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
+    for (int k = 0; k < a; ++k) {
+      const int node = p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
+      if (node == k || node < k || node >= L - n) continue;  // in place, or malformed
+      const int64_t from = buf_step(slot, n + node), to = buf_step(slot, n + k);
+      for (int i = threadIdx.x; i < VT; i += NT)
+        p.buffer.v[(to * Hv + hv) * VD + v0 + i] = p.buffer.v[(from * Hv + hv) * VD + v0 + i];
+      if (t == 0 && threadIdx.x == 0) {
+        p.buffer.g[to * Hv + hv] = p.buffer.g[from * Hv + hv];
+        p.buffer.beta[to * Hv + hv] = p.buffer.beta[from * Hv + hv];
+      }
+      if (k_writer) {
+        for (int i = threadIdx.x; i < KD; i += NT)
+          p.buffer.k[(to * Hk + hk) * KD + i] = p.buffer.k[(from * Hk + hk) * KD + i];
+        if (threadIdx.x == 0) p.buffer.kscale[to * Hk + hk] = p.buffer.kscale[from * Hk + hk];
+      }
+      __syncthreads();
+    }
+  }
+
   /// Stages row b's nd draft steps (input rows b * MaxDraft + d) at positions n..n+nd-1 (raw q in
   /// s.q[d], raw k, this block's columns of v, g, beta) and has warp 0 compute each draft's
   /// normalisation factors (s.qscale[d], s.ksc[n + d]) exactly as its eager step would. Ends
@@ -367,6 +421,7 @@ struct gdn_agent {
       s.ksc[j] = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
     }
     stage_drafts(p, b, hv, hk, v0, n, nd);
+    if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path(p, b, threadIdx.x);
     // Append the drafts' raw k (and, below, their factors) before k is normalised in place.
     const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
     if (k_writer)
@@ -380,7 +435,7 @@ struct gdn_agent {
     for (int i = threadIdx.x; i < nd * KD; i += NT) s.q[i / KD][i % KD] *= s.qscale[i / KD];
     __syncthreads();
     for (int d = 0; d < nd; ++d) {
-      replay_output(tile, d, n + d + 1);
+      replay_output(tile, d, n + d + 1, n, s.path[d]);
       if (threadIdx.x < VT) {
         const int64_t r = int64_t(b) * MaxDraft + d;
         p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =

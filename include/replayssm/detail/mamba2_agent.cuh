@@ -29,7 +29,8 @@ struct mamba2_agent {
   static_assert(TR <= NT && N <= NT,
                 "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
-  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft);
+  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft || Op == op::compact);
+  static_assert(!drafts || MaxDraft <= 32, "speculative launches: MaxDraft must be at most 32.");
   static_assert(NT >= L && (!drafts || NT >= MaxDraft),
                 "replay_policy: BlockThreads must be at least BufferLen (and MaxDraft): each "
                 "thread stages one buffered step's scalars.");
@@ -48,7 +49,8 @@ struct mamba2_agent {
     alignas(16) float w[S];      // replay weights exp(L_j) dt_j (B_j . C)
     alignas(16) float C[NC][N];
     alignas(16) float y[TR];
-    float decay;  // exp(sum_j A dt_j)
+    float decay;        // exp(sum_j A dt_j)
+    uint32_t path[NC];  // verify: the drafts on each draft's path (bit k: draft k)
   };
 
   shared_storage& s;
@@ -75,6 +77,10 @@ struct mamba2_agent {
                 other.row_stride);
       tile.store(tile_ptr(p, slot, h, t), p.state.row_stride);
       if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
+      return;
+    }
+    if constexpr (Op == op::compact) {
+      compact(p, b, h, t, slot);
       return;
     }
     if constexpr (Op == op::accept) {  // no state traffic unless the window fills
@@ -105,13 +111,18 @@ struct mamba2_agent {
   /// Replay output of the first m staged steps against the state tile, for the step whose C
   /// vector is `C` (shared memory): s.y[r] = exp(sum A dt) (h_c C)[r] + sum_j exp(L_j) dt_j
   /// (B_j . C) x_j[r] for the threads r < TR (D and z not applied). Call from all threads.
-  REPLAYSSM_DEVICE void replay_rows(const tile_t& tile, const float* C, int m, float A) {
+  /// Masked: only the steps j < n0 and the drafts n0 + k with bit k of `mask` set take part
+  /// (a token tree's path); the others count as absent.
+  template <bool Masked = false>
+  REPLAYSSM_DEVICE void replay_rows(const tile_t& tile, const float* C, int m, float A, int n0 = 0,
+                                    uint32_t mask = 0) {
+    auto on = [&](int j) { return !Masked || j < n0 || ((mask >> (j - n0)) & 1u); };
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int j = warp; j < m; j += NT / 32) {
       float d = 0.f;
       for (int c = lane; c < N; c += 32) d = fmaf(s.B[j][c], C[c], d);
       d = warp_sum(d);
-      if (lane == 0) s.w[j] = d * s.dt[j];
+      if (lane == 0) s.w[j] = on(j) ? d * s.dt[j] : 0.f;
     }
     __syncthreads();
     if (warp == 0) {
@@ -227,6 +238,45 @@ struct mamba2_agent {
                             commit ? 0 : n + 1);
   }
 
+  /// The drafts on the path from the root to draft d, as bits (chains: drafts 0..d). A parent
+  /// that is not an earlier draft ends the path (malformed trees cannot loop).
+  static REPLAYSSM_DEVICE uint32_t draft_path(const params_t& p, int b, int d) {
+    if (!p.spec.parent) return d >= 31 ? ~0u : (2u << d) - 1u;
+    uint32_t mask = 0;
+    for (int k = d; k >= 0;) {
+      mask |= 1u << k;
+      const int up = p.spec.parent[int64_t(b) * MaxDraft + k];
+      k = up < k ? up : -1;
+    }
+    return mask;
+  }
+
+  /// op::compact: moves row b's accepted path (accepted_nodes, root side first) from buffer
+  /// positions n + node to n + k, so the kept drafts are the buffer's tail. Positions only move
+  /// down (a path's drafts increase), and each block moves only what it alone writes.
+  REPLAYSSM_DEVICE void compact(const params_t& p, int b, int h, int t, int64_t slot) {
+    const int H = p.nheads;
+    const int g = h / (H / p.ngroups);
+    const int row0 = t * TR;
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    int a = p.spec.accepted[b];
+    a = a < 0 ? 0 : (a > MaxDraft ? MaxDraft : (a > L - n ? L - n : a));
+    for (int k = 0; k < a; ++k) {
+      const int node = p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
+      if (node == k || node < k || node >= L - n) continue;  // in place, or malformed
+      const int64_t from = buf_step(slot, n + node), to = buf_step(slot, n + k);
+      for (int i = threadIdx.x; i < TR; i += NT)
+        p.buffer.x[(to * H + h) * P + row0 + i] = p.buffer.x[(from * H + h) * P + row0 + i];
+      if (t == 0) {
+        if (threadIdx.x == 0) p.buffer.dt[to * H + h] = p.buffer.dt[from * H + h];
+        if (h % (H / p.ngroups) == 0)
+          for (int i = threadIdx.x; i < N; i += NT)
+            p.buffer.B[(to * p.ngroups + g) * N + i] = p.buffer.B[(from * p.ngroups + g) * N + i];
+      }
+      __syncthreads();  // this move lands before a later one could read near it
+    }
+  }
+
   /// Stages row b's nd draft steps (input rows b * MaxDraft + d) at positions n..n+nd-1: B, this
   /// block's rows of x, dt after bias and softplus, and each draft's C in s.C[d].
   REPLAYSSM_DEVICE void stage_drafts(const params_t& p, int b, int h, int g, int row0, int n,
@@ -271,9 +321,10 @@ struct mamba2_agent {
                           n);
     if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
     stage_drafts(p, b, h, g, row0, n, nd);
+    if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path(p, b, threadIdx.x);
     __syncthreads();
     for (int d = 0; d < nd; ++d) {
-      replay_rows(tile, s.C[d], n + d + 1, A);
+      replay_rows<true>(tile, s.C[d], n + d + 1, A, n, s.path[d]);
       if (threadIdx.x < TR) {
         const int64_t r = int64_t(b) * MaxDraft + d;
         const float x = s.x[n + d][threadIdx.x];

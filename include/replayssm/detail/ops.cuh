@@ -15,6 +15,7 @@ enum class op : int {
   verify,       // speculative: outputs of up to MaxDraft appended draft steps, no cursor change
   accept,       // speculative: cursor += accepted; a window that fills commits (accepted only)
   eager_draft,  // the eager engines' speculative round: one intermediate state written per draft
+  compact,      // token trees: move the accepted path's drafts to the buffer's tail (no state)
 };
 
 /// The number of buffered steps a launch of `Op` may use, from the slot's cursor. A cursor outside
