@@ -52,9 +52,12 @@ struct cursor_ref {
 /// @brief Speculative decoding: per-row counts in device memory, as engines provide them.
 ///
 /// For a verification launch (`verify_step<MaxDraft>`), row b has `num_draft[b]` draft steps in
-/// `[0, MaxDraft]`, laid out as input rows `b * MaxDraft + t`. For `accept`, row b keeps the
-/// first `accepted[b]` of them (the verified prefix; clamped to `num_draft[b]` when `num_draft`
-/// is given); the rest are forgotten (a cursor move). With `parent`, the drafts form a tree and
+/// `[0, MaxDraft]`, laid out as input rows `b * MaxDraft + t`. For `accept`, row b keeps
+/// `accepted[b]` of them (clamped to `num_draft[b]` when `num_draft` is given): the first ones of
+/// a chain, or the path listed in `accepted_nodes` for a tree (`accept_tree`); the rest are
+/// forgotten (a cursor move). `accepted_nodes` is trusted: it must be a root-to-node path of the
+/// verified tree, and `accept_tree` must run once per verification (a retry would move the
+/// compacted drafts again). With `parent`, the drafts form a tree and
 /// each draft's output is that of the path from the root to it.
 struct spec_ref {
   const int32_t* num_draft = nullptr;  ///< device array `[batch]` (verify)

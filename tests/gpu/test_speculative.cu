@@ -160,6 +160,7 @@ using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout
 // Several tiles per head (the per-tile offsets and the single writers of shared inputs), bf16.
 using m2_tiles =
     replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16, precision::fp32, 32, 128>;
+using m2_wide = replay_policy<rules::mamba2<64, 128, float>, 32, 16, precision::fp32, 32, 128>;
 using gdn_tiles =
     replay_policy<rules::gated_deltanet<128, 128, float>, 24, 16, precision::fp32, 64, 128>;
 
@@ -206,6 +207,14 @@ TEST_CASE("token trees: every node's output is its path's, the accepted path bec
   SECTION("gated deltanet 16/32/128/128 kv, trees of up to 8 drafts") {
     rtest::gdn_case<gdn> c(16, 32);
     run_spec_rounds<8, true>(c, rounds, rng);
+  }
+  SECTION("gated deltanet vk, K 8, trees of up to 5 drafts") {
+    rtest::gdn_case<gdn_vk> c(16, 32);
+    run_spec_rounds<5, true>(c, rounds, rng);
+  }
+  SECTION("mamba2, trees of up to 16 drafts") {
+    rtest::mamba2_case<m2_wide> c(16, 2, true);
+    run_spec_rounds<16, true>(c, rounds / 4, rng);
   }
   SECTION("mamba2 bf16, two tiles per head, trees of up to 4 drafts") {
     rtest::mamba2_case<m2_tiles> c(32, 4, true);

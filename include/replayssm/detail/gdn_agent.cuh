@@ -335,6 +335,7 @@ struct gdn_agent {
     const int v0 = t * VT;
     const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
     int a = p.spec.accepted[b];
+    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // as accept
     a = a < 0 ? 0 : (a > MaxDraft ? MaxDraft : (a > L - n ? L - n : a));
     const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
     for (int k = 0; k < a; ++k) {
@@ -400,8 +401,9 @@ struct gdn_agent {
 
   /// op::verify: the outputs of row b's draft steps d < num_draft[b] (input rows
   /// b * MaxDraft + d), each by the backward sweep from its own q over the buffered steps and
-  /// drafts 0..d, with one read of the checkpoint and no state write; the drafts are appended to
-  /// the buffer after the cursor, which does not move (op::accept moves it).
+  /// the drafts on its path (0..d for chains), with one read of the checkpoint and no state write;
+  /// the drafts are appended to the buffer after the cursor, which does not move (op::accept moves
+  /// it).
   REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int hv, int t, int64_t slot,
                                        const tile_t& tile) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;

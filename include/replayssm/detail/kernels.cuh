@@ -14,6 +14,9 @@ namespace detail {
 template <class Agent>
 REPLAYSSM_KERNEL void __launch_bounds__(Agent::policy::block_threads)
     item_kernel(const typename Agent::params_t p, const state_pool_ref other) {
+  static_assert(sizeof(typename Agent::shared_storage) <= 48 * 1024,
+                "ReplaySSM: the block's staging exceeds 48 KiB of static shared memory; lower "
+                "BufferLen, MaxDraft or Tile.");
   __shared__ typename Agent::shared_storage smem;
   constexpr int tiles = Agent::tiles_per_head;
   Agent{smem}.run(p, blockIdx.y, blockIdx.x / tiles, blockIdx.x % tiles, other);

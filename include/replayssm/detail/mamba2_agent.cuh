@@ -130,7 +130,7 @@ struct mamba2_agent {
       float carry = 0.f;
       for (int base = ((m - 1) / 32) * 32; base >= 0; base -= 32) {
         const int j = base + lane;
-        const float la = j < m ? A * s.dt[j] : 0.f;
+        const float la = (j < m && on(j)) ? A * s.dt[j] : 0.f;
         float incl = la;  // sum over i >= j within this chunk
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
@@ -260,6 +260,7 @@ struct mamba2_agent {
     const int row0 = t * TR;
     const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
     int a = p.spec.accepted[b];
+    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // as accept
     a = a < 0 ? 0 : (a > MaxDraft ? MaxDraft : (a > L - n ? L - n : a));
     for (int k = 0; k < a; ++k) {
       const int node = p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
@@ -303,9 +304,9 @@ struct mamba2_agent {
   }
 
   /// op::verify: the outputs of row b's draft steps t < num_draft[b] (input rows
-  /// b * MaxDraft + t), each from the checkpoint, the buffered steps and drafts 0..t, with one
-  /// read of the checkpoint and no state write; the drafts are appended to the buffer after the
-  /// cursor, which does not move (op::accept moves it).
+  /// b * MaxDraft + t), each from the checkpoint, the buffered steps and the drafts on its path
+  /// (0..t for chains), with one read of the checkpoint and no state write; the drafts are appended
+  /// to the buffer after the cursor, which does not move (op::accept moves it).
   REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int h, int t, int64_t slot,
                                        const tile_t& tile) {
     const int H = p.nheads;
