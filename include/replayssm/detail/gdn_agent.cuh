@@ -2,6 +2,7 @@
 #pragma once
 
 #include <replayssm/detail/ops.cuh>
+#include <replayssm/detail/run_item.cuh>
 #include <replayssm/detail/tile.cuh>
 
 namespace replayssm {
@@ -22,6 +23,7 @@ struct gdn_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
   using policy = Policy;
+  static constexpr op operation = Op;
   using params_t = gdn_params<Policy>;
   static constexpr int KD = rule::head_k_dim;
   static constexpr int VD = rule::head_v_dim;
@@ -78,44 +80,15 @@ struct gdn_agent {
   static REPLAYSSM_DEVICE int64_t slot_of(const params_t& p, int b) {
     return p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
   }
-  /// Element (0, v0) of value head hv's state in the given slot.
-  static REPLAYSSM_DEVICE float* tile_ptr(const params_t& p, int64_t slot, int hv, int t) {
-    return tile_base(p.state.data + slot * p.state.slot_stride + hv * p.state.head_stride,
-                     p.state.row_stride, t * VT);
+  /// Element (0, v0) of value head hv's state in row `slot` of a pool.
+  static REPLAYSSM_DEVICE float* tile_ptr(const state_pool_ref& pool, int64_t slot, int hv, int t) {
+    return tile_base(pool.data + slot * pool.slot_stride + hv * pool.head_stride, pool.row_stride,
+                     t * VT);
   }
 
-  /// Work item (b, hv, t): row b, value head hv, column tile t, loading the state tile itself.
+  /// Work item (b, hv, t): row b, head hv, tile t, loading the state tile itself.
   REPLAYSSM_DEVICE void run(const params_t& p, int b, int hv, int t, const state_pool_ref& other) {
-    const int64_t slot = slot_of(p, b);
-    if (slot == p.rows.null_slot) return;
-    tile_t tile;
-    if (Op == op::load) {
-      tile.load(tile_base(other.data + b * other.slot_stride + hv * other.head_stride,
-                          other.row_stride, t * VT),
-                other.row_stride);
-      tile.store(tile_ptr(p, slot, hv, t), p.state.row_stride);
-      if (hv == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
-      return;
-    }
-    if constexpr (Op == op::compact) {
-      compact(p, b, hv, t, slot);
-      return;
-    }
-    if constexpr (Op == op::accept) {  // no state traffic unless the window fills
-      const int n = accepted_steps(p, slot, b);
-      if (n < K) {
-        arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
-                              uint32_t(p.num_v_heads) * tiles_per_head, n);
-        return;
-      }
-    }
-    tile.load(tile_ptr(p, slot, hv, t), p.state.row_stride);
-    if constexpr (Op == op::verify)
-      process_verify(p, b, hv, t, slot, tile);
-    else if constexpr (Op == op::eager_draft)
-      process_eager_draft(p, b, hv, t, tile, other);
-    else
-      process(p, b, hv, t, slot, tile, other);
+    run_item(*this, p, b, hv, t, other);
   }
 
   /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
@@ -176,7 +149,7 @@ struct gdn_agent {
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
     const uint32_t blocks_per_slot = uint32_t(Hv) * (VD / VT);
-    float* ckpt = tile_ptr(p, slot, hv, t);
+    float* ckpt = tile_ptr(p.state, slot, hv, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float q_cur = 0.f, k_cur = 0.f, v_cur = 0.f, g_cur = 0.f, beta_cur = 0.f;
     if (has_current) {

@@ -1,6 +1,7 @@
 // The thin __global__ entries over a block agent, and the launch of a grid of them. An agent
-// (mamba2_agent, gdn_agent) provides: params_t, policy, shared_storage, tile_t, tiles_per_head,
-// heads(params), slot_of(params, b), tile_ptr(params, slot, head, tile), run(...), process(...).
+// (mamba2_agent, gdn_agent) provides: params_t, policy, operation, shared_storage, tile_t,
+// tiles_per_head, heads(params), slot_of(params, b), tile_ptr(pool, row, head, tile),
+// accepted_steps, and process / process_verify / process_eager_draft / compact (run_item.cuh).
 #pragma once
 
 #include <replayssm/detail/ops.cuh>
@@ -44,7 +45,7 @@ REPLAYSSM_KERNEL void __launch_bounds__(Agent::policy::block_threads)
       const int64_t slot = Agent::slot_of(p, b);
       if (slot != p.rows.null_slot)
         tile_load_async<tile_t, NT>(stages + stage * tile_t::frags * NT,
-                                    Agent::tile_ptr(p, slot, h, t), p.state.row_stride);
+                                    Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
     }
     cp_async_commit();  // possibly empty: keeps the group count uniform
   };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <replayssm/detail/ops.cuh>
+#include <replayssm/detail/run_item.cuh>
 #include <replayssm/detail/tile.cuh>
 
 namespace replayssm {
@@ -14,6 +15,7 @@ struct mamba2_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
   using policy = Policy;
+  static constexpr op operation = Op;
   using params_t = mamba2_params<Policy>;
   static constexpr int P = rule::headdim;
   static constexpr int N = rule::dstate;
@@ -60,44 +62,15 @@ struct mamba2_agent {
   static REPLAYSSM_DEVICE int64_t slot_of(const params_t& p, int b) {
     return p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
   }
-  /// Element (row0, 0) of head h's state in the given slot.
-  static REPLAYSSM_DEVICE float* tile_ptr(const params_t& p, int64_t slot, int h, int t) {
-    return p.state.data + slot * p.state.slot_stride + h * p.state.head_stride +
-           int64_t(t) * TR * p.state.row_stride;
+  /// Element (row0, 0) of head h's state in row `slot` of a pool.
+  static REPLAYSSM_DEVICE float* tile_ptr(const state_pool_ref& pool, int64_t slot, int h, int t) {
+    return pool.data + slot * pool.slot_stride + h * pool.head_stride +
+           int64_t(t) * TR * pool.row_stride;
   }
 
-  /// Work item (b, h, t): row b, head h, row tile t, loading the state tile itself.
+  /// Work item (b, h, t): row b, head h, tile t, loading the state tile itself.
   REPLAYSSM_DEVICE void run(const params_t& p, int b, int h, int t, const state_pool_ref& other) {
-    const int64_t slot = slot_of(p, b);
-    if (slot == p.rows.null_slot) return;
-    tile_t tile;
-    if (Op == op::load) {
-      tile.load(other.data + b * other.slot_stride + h * other.head_stride +
-                    int64_t(t) * TR * other.row_stride,
-                other.row_stride);
-      tile.store(tile_ptr(p, slot, h, t), p.state.row_stride);
-      if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
-      return;
-    }
-    if constexpr (Op == op::compact) {
-      compact(p, b, h, t, slot);
-      return;
-    }
-    if constexpr (Op == op::accept) {  // no state traffic unless the window fills
-      const int n = accepted_steps(p, slot, b);
-      if (n < K) {
-        arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
-                              uint32_t(p.nheads) * tiles_per_head, n);
-        return;
-      }
-    }
-    tile.load(tile_ptr(p, slot, h, t), p.state.row_stride);
-    if constexpr (Op == op::verify)
-      process_verify(p, b, h, t, slot, tile);
-    else if constexpr (Op == op::eager_draft)
-      process_eager_draft(p, b, h, t, tile, other);
-    else
-      process(p, b, h, t, slot, tile, other);
+    run_item(*this, p, b, h, t, other);
   }
 
   /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
@@ -159,7 +132,7 @@ struct mamba2_agent {
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
     const uint32_t blocks_per_slot = uint32_t(H) * (P / TR);
-    float* ckpt = tile_ptr(p, slot, h, t);
+    float* ckpt = tile_ptr(p.state, slot, h, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float x_cur = 0.f, b_cur = 0.f, c_cur = 0.f, dt_cur = 0.f;
     if (has_current) {
