@@ -85,33 +85,72 @@ int run(Stack& s, int layers, int batch, int tokens) {
   return err < 1e-4 ? 0 : 1;
 }
 
-struct mamba2_stack {
-  using policy = rs::replay_policy<rs::rules::mamba2<64, 128, T>, K, K>;
-  int H = 128, G = 8, L, B;
-  size_t S;
-  std::vector<float*> pools;  // eager states and replay checkpoints share: one run at a time
-  std::vector<T*> bx, bB;
-  std::vector<float*> bdt;
+// What both stacks share: per-layer pools, cursors, the initial and the eager final state. The
+// derived stack provides params(layer, input set) for its rule.
+template <class Derived>
+struct stack_common {
+  int L, B;
+  size_t S;                   // state elements per sequence
+  std::vector<float*> pools;  // eager states and replay checkpoints: one run at a time
   int32_t* cursor;
   uint32_t* arrivals;
-  float *A, *dt_bias, *D, *init, *eager0;
-  T *x, *dt, *Bm, *C, *z, *out;
-  mamba2_stack(int layers, int batch) : L(layers), B(batch), S(size_t(128) * 64 * 128) {
+  float *init, *eager0;
+  stack_common(int layers, int batch, size_t state_elems) : L(layers), B(batch), S(state_elems) {
+    for (int l = 0; l < L; ++l) pools.push_back(alloc<float>(B * S));
+    cursor = alloc<int32_t>(size_t(L) * B);
+    arrivals = alloc<uint32_t>(size_t(L) * B);
+    cudaMemset(arrivals, 0, size_t(L) * B * 4);
+    init = alloc<float>(B * S);
+    eager0 = alloc<float>(B * S);
+  }
+  double eager_bytes() const { return double(L) * B * S * 4; }
+  void reset_states() {
     for (int l = 0; l < L; ++l) {
-      pools.push_back(alloc<float>(B * S));
+      cudaMemcpy(pools[l], init, B * S * 4, cudaMemcpyDeviceToDevice);
+      cudaMemset(cursor + size_t(l) * B, 0, B * 4);
+    }
+  }
+  rs::result step(bool replay, int l, int set) {
+    const auto p = static_cast<Derived*>(this)->params(l, set);
+    return replay ? rs::decode_step(p, 0) : rs::eager_step(p, 0);
+  }
+  void keep_eager_result() { cudaMemcpy(eager0, pools[0], B * S * 4, cudaMemcpyDeviceToDevice); }
+  /// Layer 0's replay state (materialized) against the eager run's, relative L2 error.
+  double compare_layer0() {
+    const auto p = static_cast<Derived*>(this)->params(0, 0);
+    float* cur = alloc<float>(B * S);
+    check(
+        rs::materialize(
+            p, rs::state_pool_ref{cur, int64_t(S), p.state.head_stride, p.state.row_stride, B}, 0),
+        "materialize");
+    std::vector<float> a(B * S), e(B * S);
+    cudaMemcpy(a.data(), cur, B * S * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(e.data(), eager0, B * S * 4, cudaMemcpyDeviceToHost);
+    cudaFree(cur);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      num += double(a[i] - e[i]) * (a[i] - e[i]), den += double(e[i]) * e[i];
+    return std::sqrt(num / den);
+  }
+};
+
+struct mamba2_stack : stack_common<mamba2_stack> {
+  using policy = rs::replay_policy<rs::rules::mamba2<64, 128, T>, K, K>;
+  int H = 128, G = 8;
+  std::vector<T*> bx, bB;
+  std::vector<float*> bdt;
+  float *A, *dt_bias, *D;
+  T *x, *dt, *Bm, *C, *z, *out;
+  mamba2_stack(int layers, int batch) : stack_common(layers, batch, size_t(128) * 64 * 128) {
+    for (int l = 0; l < L; ++l) {
       bx.push_back(alloc<T>(size_t(B) * K * H * 64));
       bB.push_back(alloc<T>(size_t(B) * K * G * 128));
       bdt.push_back(alloc<float>(size_t(B) * K * H));
     }
-    cursor = alloc<int32_t>(size_t(L) * B);
-    arrivals = alloc<uint32_t>(size_t(L) * B);
-    cudaMemset(arrivals, 0, size_t(L) * B * 4);
     A = alloc<float>(H), dt_bias = alloc<float>(H), D = alloc<float>(H);
     fill<<<64, 256>>>(A, H, 1, -8.f, -0.05f);
     fill<<<64, 256>>>(dt_bias, H, 2, -1.f, 1.f);
     fill<<<64, 256>>>(D, H, 3, 0.5f, 1.5f);
-    init = alloc<float>(B * S);
-    eager0 = alloc<float>(B * S);
     fill<<<1024, 256>>>(init, B * S, 4, -0.3f, 0.3f);
     const size_t xs = size_t(INPUT_SETS) * B * H * 64, bs = size_t(INPUT_SETS) * B * G * 128;
     x = alloc<T>(xs), z = alloc<T>(xs), out = alloc<T>(size_t(B) * H * 64);
@@ -123,7 +162,6 @@ struct mamba2_stack {
     fill_bf16<<<1024, 256>>>(C, bs, 9, -2.f, 2.f);
   }
   const char* name() const { return "Mamba-2 H128 P64 N128 G8"; }
-  double eager_bytes() const { return double(L) * B * S * 4; }
   double replay_bytes() const {
     return eager_bytes() + double(L) * B * K * ((H * 64 + G * 128) * 2.0 + H * 4.0 + 8.0 / K);
   }
@@ -144,55 +182,23 @@ struct mamba2_stack {
     p.cursors = {cursor + size_t(l) * B, arrivals + size_t(l) * B};
     return p;
   }
-  void reset_states() {
-    for (int l = 0; l < L; ++l) {
-      cudaMemcpy(pools[l], init, B * S * 4, cudaMemcpyDeviceToDevice);
-      cudaMemset(cursor + size_t(l) * B, 0, B * 4);
-    }
-  }
-  rs::result step(bool replay, int l, int set) {
-    return replay ? rs::decode_step(params(l, set), 0) : rs::eager_step(params(l, set), 0);
-  }
-  void keep_eager_result() { cudaMemcpy(eager0, pools[0], B * S * 4, cudaMemcpyDeviceToDevice); }
-  double compare_layer0() {
-    float* cur = alloc<float>(B * S);
-    check(rs::materialize(params(0, 0), rs::state_pool_ref{cur, int64_t(S), 64 * 128, 128, B}, 0),
-          "materialize");
-    std::vector<float> a(B * S), e(B * S);
-    cudaMemcpy(a.data(), cur, B * S * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(e.data(), eager0, B * S * 4, cudaMemcpyDeviceToHost);
-    cudaFree(cur);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      num += double(a[i] - e[i]) * (a[i] - e[i]), den += double(e[i]) * e[i];
-    return std::sqrt(num / den);
-  }
 };
 
-struct gdn_stack {
+struct gdn_stack : stack_common<gdn_stack> {
   using policy = rs::replay_policy<rs::rules::gated_deltanet<128, 128, T>, K, K>;
-  int Hk = 16, Hv = 64, L, B;
-  size_t S;
-  std::vector<float*> pools, bks, bg, bbeta;
+  int Hk = 16, Hv = 64;
+  std::vector<float*> bks, bg, bbeta;
   std::vector<T*> bk, bv;
-  int32_t* cursor;
-  uint32_t* arrivals;
-  float *init, *eager0, *g, *beta;
+  float *g, *beta;
   T *q, *k, *v, *out;
-  gdn_stack(int layers, int batch) : L(layers), B(batch), S(size_t(64) * 128 * 128) {
+  gdn_stack(int layers, int batch) : stack_common(layers, batch, size_t(64) * 128 * 128) {
     for (int l = 0; l < L; ++l) {
-      pools.push_back(alloc<float>(B * S));
       bk.push_back(alloc<T>(size_t(B) * K * Hk * 128));
       bks.push_back(alloc<float>(size_t(B) * K * Hk));
       bv.push_back(alloc<T>(size_t(B) * K * Hv * 128));
       bg.push_back(alloc<float>(size_t(B) * K * Hv));
       bbeta.push_back(alloc<float>(size_t(B) * K * Hv));
     }
-    cursor = alloc<int32_t>(size_t(L) * B);
-    arrivals = alloc<uint32_t>(size_t(L) * B);
-    cudaMemset(arrivals, 0, size_t(L) * B * 4);
-    init = alloc<float>(B * S);
-    eager0 = alloc<float>(B * S);
     fill<<<1024, 256>>>(init, B * S, 14, -0.3f, 0.3f);
     const size_t qs = size_t(INPUT_SETS) * B * Hk * 128, vs = size_t(INPUT_SETS) * B * Hv * 128;
     q = alloc<T>(qs), k = alloc<T>(qs), v = alloc<T>(vs), out = alloc<T>(size_t(B) * Hv * 128);
@@ -204,7 +210,6 @@ struct gdn_stack {
     fill<<<1024, 256>>>(beta, size_t(INPUT_SETS) * B * Hv, 19, 0.05f, 0.95f);
   }
   const char* name() const { return "Gated DeltaNet Hk16 Hv64 K=V=128"; }
-  double eager_bytes() const { return double(L) * B * S * 4; }
   double replay_bytes() const {
     return eager_bytes() +
            double(L) * B * K * ((Hk * 128 + Hv * 128) * 2.0 + (Hk + 2 * Hv) * 4.0 + 8.0 / K);
@@ -224,29 +229,6 @@ struct gdn_stack {
     p.buffer = {bk[l], bks[l], bv[l], bg[l], bbeta[l]};
     p.cursors = {cursor + size_t(l) * B, arrivals + size_t(l) * B};
     return p;
-  }
-  void reset_states() {
-    for (int l = 0; l < L; ++l) {
-      cudaMemcpy(pools[l], init, B * S * 4, cudaMemcpyDeviceToDevice);
-      cudaMemset(cursor + size_t(l) * B, 0, B * 4);
-    }
-  }
-  rs::result step(bool replay, int l, int set) {
-    return replay ? rs::decode_step(params(l, set), 0) : rs::eager_step(params(l, set), 0);
-  }
-  void keep_eager_result() { cudaMemcpy(eager0, pools[0], B * S * 4, cudaMemcpyDeviceToDevice); }
-  double compare_layer0() {
-    float* cur = alloc<float>(B * S);
-    check(rs::materialize(params(0, 0), rs::state_pool_ref{cur, int64_t(S), 128 * 128, 128, B}, 0),
-          "materialize");
-    std::vector<float> a(B * S), e(B * S);
-    cudaMemcpy(a.data(), cur, B * S * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(e.data(), eager0, B * S * 4, cudaMemcpyDeviceToHost);
-    cudaFree(cur);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      num += double(a[i] - e[i]) * (a[i] - e[i]), den += double(e[i]) * e[i];
-    return std::sqrt(num / den);
   }
 };
 
