@@ -287,19 +287,6 @@ struct gdn_agent {
                             commit ? 0 : n + 1);
   }
 
-  /// The drafts on the path from the root to draft d, as bits (chains: drafts 0..d). A parent
-  /// that is not an earlier draft ends the path (malformed trees cannot loop).
-  static REPLAYSSM_DEVICE uint32_t draft_path(const params_t& p, int b, int d) {
-    if (!p.spec.parent) return d >= 31 ? ~0u : (2u << d) - 1u;
-    uint32_t mask = 0;
-    for (int k = d; k >= 0;) {
-      mask |= 1u << k;
-      const int up = p.spec.parent[int64_t(b) * MaxDraft + k];
-      k = up < k ? up : -1;
-    }
-    return mask;
-  }
-
   /// op::compact: moves row b's accepted path (accepted_nodes, root side first) from buffer
   /// positions n + node to n + k (see mamba2_agent::compact).
   REPLAYSSM_DEVICE void compact(const params_t& p, int b, int hv, int t, int64_t slot) {
@@ -396,7 +383,7 @@ struct gdn_agent {
       s.ksc[j] = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
     }
     stage_drafts(p, b, hv, hk, v0, n, nd);
-    if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path(p, b, threadIdx.x);
+    if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
     // Append the drafts' raw k (and, below, their factors) before k is normalised in place.
     const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
     if (k_writer)

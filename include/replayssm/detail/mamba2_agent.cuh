@@ -211,19 +211,6 @@ struct mamba2_agent {
                             commit ? 0 : n + 1);
   }
 
-  /// The drafts on the path from the root to draft d, as bits (chains: drafts 0..d). A parent
-  /// that is not an earlier draft ends the path (malformed trees cannot loop).
-  static REPLAYSSM_DEVICE uint32_t draft_path(const params_t& p, int b, int d) {
-    if (!p.spec.parent) return d >= 31 ? ~0u : (2u << d) - 1u;
-    uint32_t mask = 0;
-    for (int k = d; k >= 0;) {
-      mask |= 1u << k;
-      const int up = p.spec.parent[int64_t(b) * MaxDraft + k];
-      k = up < k ? up : -1;
-    }
-    return mask;
-  }
-
   /// op::compact: moves row b's accepted path (accepted_nodes, root side first) from buffer
   /// positions n + node to n + k, so the kept drafts are the buffer's tail. Positions only move
   /// down (a path's drafts increase), and each block moves only what it alone writes.
@@ -295,7 +282,7 @@ struct mamba2_agent {
                           n);
     if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
     stage_drafts(p, b, h, g, row0, n, nd);
-    if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path(p, b, threadIdx.x);
+    if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
     __syncthreads();
     for (int d = 0; d < nd; ++d) {
       replay_rows<true>(tile, s.C[d], n + d + 1, A, n, s.path[d]);

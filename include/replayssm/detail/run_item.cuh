@@ -9,6 +9,20 @@
 namespace replayssm {
 namespace detail {
 
+/// The drafts on the path from the root to draft d of row b, as bits (chains, with no `parent`:
+/// drafts 0..d). A parent that is not an earlier draft ends the path (malformed trees cannot loop).
+template <int MaxDraft>
+REPLAYSSM_DEVICE uint32_t draft_path(const spec_ref& spec, int b, int d) {
+  if (!spec.parent) return d >= 31 ? ~0u : (2u << d) - 1u;
+  uint32_t mask = 0;
+  for (int k = d; k >= 0;) {
+    mask |= 1u << k;
+    const int up = spec.parent[int64_t(b) * MaxDraft + k];
+    k = up < k ? up : -1;
+  }
+  return mask;
+}
+
 template <class Agent>
 REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, int b, int h, int t,
                                const state_pool_ref& other) {
