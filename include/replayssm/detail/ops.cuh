@@ -22,7 +22,7 @@ enum class op : int {
 /// its range can only come from uninitialised memory; clamping it keeps every access inside the
 /// slot's buffer (the slot's results are then meaningless, but no other memory is touched).
 template <op Op, int K, int L>
-__device__ __forceinline__ int buffered_steps(int32_t cursor) {
+__host__ __device__ __forceinline__ int buffered_steps(int32_t cursor) {
   constexpr int hi = (Op == op::decode || Op == op::verify || Op == op::accept) ? K - 1 : L;
   return cursor < 0 ? 0 : (cursor > hi ? hi : cursor);
 }

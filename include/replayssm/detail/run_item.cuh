@@ -12,7 +12,7 @@ namespace detail {
 /// The drafts on the path from the root to draft d of row b, as bits (chains, with no `parent`:
 /// drafts 0..d). A parent that is not an earlier draft ends the path (malformed trees cannot loop).
 template <int MaxDraft>
-REPLAYSSM_DEVICE uint32_t draft_path(const spec_ref& spec, int b, int d) {
+REPLAYSSM_HD uint32_t draft_path(const spec_ref& spec, int b, int d) {
   if (!spec.parent) return d >= 31 ? ~0u : (2u << d) - 1u;
   uint32_t mask = 0;
   for (int k = d; k >= 0;) {

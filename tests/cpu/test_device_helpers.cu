@@ -1,0 +1,55 @@
+// The small index helpers the kernels share, run on the host: the masks of draft paths in token
+// trees and the cursor clamp.
+#include <catch2/catch.hpp>
+#include <random>
+#include <replayssm/replayssm.cuh>
+#include <vector>
+
+namespace {
+using replayssm::spec_ref;
+using replayssm::detail::draft_path;
+using replayssm::detail::op;
+}  // namespace
+
+TEST_CASE("draft paths: chains are prefixes, trees follow their parents", "[cpu][spec]") {
+  constexpr int max_draft = 32;
+  spec_ref chain;  // no parent: a chain
+  CHECK(draft_path<max_draft>(chain, 0, 0) == 0x1u);
+  CHECK(draft_path<max_draft>(chain, 0, 4) == 0x1Fu);
+  CHECK(draft_path<max_draft>(chain, 0, 30) == 0x7FFFFFFFu);
+  CHECK(draft_path<max_draft>(chain, 0, 31) == 0xFFFFFFFFu);
+
+  std::mt19937_64 rng(11);
+  std::vector<int32_t> parent(3 * max_draft);
+  for (int b = 0; b < 3; ++b)
+    for (int d = 0; d < max_draft; ++d)
+      parent[b * max_draft + d] = static_cast<int32_t>(rng() % (d + 1)) - 1;
+  spec_ref tree;
+  tree.parent = parent.data();
+  for (int b = 0; b < 3; ++b) {
+    std::vector<int> pr(parent.begin() + b * max_draft, parent.begin() + (b + 1) * max_draft);
+    for (int d = 0; d < max_draft; ++d) {
+      uint32_t want = 0;
+      for (int k : replayssm::ref::tree_path(pr, d)) want |= 1u << k;
+      INFO("row " << b << " draft " << d);
+      CHECK(draft_path<max_draft>(tree, b, d) == want);
+    }
+  }
+  // A malformed parent (not an earlier draft) ends the path instead of looping.
+  std::vector<int32_t> bad{-1, 0, 5, 2};
+  spec_ref malformed;
+  malformed.parent = bad.data();
+  CHECK(draft_path<4>(malformed, 0, 2) == 0x4u);  // draft 2's parent 5 is not earlier: stop
+  CHECK(draft_path<4>(malformed, 0, 3) == 0xCu);  // 3 -> 2 (valid), then 2's bad parent: stop
+}
+
+TEST_CASE("cursor clamps keep every access inside the slot's buffer", "[cpu][checks]") {
+  using replayssm::detail::buffered_steps;
+  CHECK(buffered_steps<op::decode, 16, 24>(-3) == 0);
+  CHECK(buffered_steps<op::decode, 16, 24>(7) == 7);
+  CHECK(buffered_steps<op::decode, 16, 24>(99) == 15);  // decode commits at K
+  CHECK(buffered_steps<op::verify, 16, 24>(99) == 15);
+  CHECK(buffered_steps<op::accept, 16, 24>(16) == 15);
+  CHECK(buffered_steps<op::flush, 16, 24>(99) == 24);  // a flush may fold a whole buffer
+  CHECK(buffered_steps<op::materialize, 16, 24>(20) == 20);
+}
