@@ -76,11 +76,6 @@ struct dev_array {
     RTEST_CUDA(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost));
     return h;
   }
-  std::vector<unsigned char> raw() const {
-    std::vector<unsigned char> h(bytes());
-    RTEST_CUDA(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost));
-    return h;
-  }
   /// Fills with 0xFF bytes: NaN for floats, so an element nobody wrote is caught.
   void poison() { RTEST_CUDA(cudaMemset(ptr, 0xFF, bytes())); }
   /// Fills with random bytes-derived values (junk that must stay untouched where unused).
