@@ -1,6 +1,6 @@
 // Speculative rounds at batch 256: ReplaySSM's round (verify_step + accept, random acceptance,
-// steady state: the commits accept triggers included) against the eager engines' round
-// (eager_draft_step: one read, one intermediate state written per draft; keeping the accepted
+// steady state: the folds of full windows the verifications do included) against the eager engines'
+// round (eager_draft_step: one read, one intermediate state written per draft; keeping the accepted
 // prefix is a slot-index redirect, free). T tokens per row per round: the last accepted token
 // plus T - 1 drafts. Manual time from CUDA events per round; bytes counted as each scheme must
 // move them.
@@ -13,9 +13,12 @@ using rbench::cached_setup;
 using rbench::dev_array;
 using rbench::T;
 
-constexpr int K = 16, L = 24;  // L >= K - 1 + the largest T (8)
-using m2pol = replay_policy<rules::mamba2<64, 128, T>, L, K>;
-using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, L, K>;
+constexpr int K = 16;
+// The smallest buffer verify_step<Tn> accepts: a full window of accepted steps plus a draft.
+template <int Tn>
+using m2pol = replay_policy<rules::mamba2<64, 128, T>, K - 1 + 2 * Tn, K>;
+template <int Tn>
+using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, K - 1 + 2 * Tn, K>;
 
 // Per-row counts on the device: num_draft = T for every row, and `sets` random acceptance
 // vectors (uniform in [1, T]) rotated over the rounds.
@@ -44,6 +47,9 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
   cudaStream_t stream;
   RBENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   rbench::event_timer timer(stream);
+  cudaEvent_t mid;  // between verify and accept: the verification's own time
+  RBENCH_CHECK(cudaEventCreate(&mid));
+  double verify_s = 0;
   RBENCH_CHECK(cudaMemsetAsync(s.cursor.ptr, 0, s.cursor.n * 4, stream));
   int it = 0;
   auto round = [&](int i) {
@@ -51,6 +57,7 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
     p.spec = counts.round(i);
     if (replay) {
       RBENCH_CHECK(verify_step<Tn>(p, stream));
+      RBENCH_CHECK(cudaEventRecord(mid, stream));
       RBENCH_CHECK(accept(p, stream));
     } else {
       RBENCH_CHECK(eager_draft_step<Tn>(p, inter, stream));
@@ -62,16 +69,24 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
     timer.begin();
     round(it++);
     state.SetIterationTime(timer.end());
+    if (replay) {
+      float ms = 0;
+      RBENCH_CHECK(cudaEventElapsedTime(&ms, timer.start, mid));
+      verify_s += ms * 1e-3;
+    }
   }
+  RBENCH_CHECK(cudaEventDestroy(mid));
+  if (replay) state.counters["verify_us"] = 1e6 * verify_s / double(state.iterations());
   // Bytes per row per round.
   const double S = s.state_bytes(), bs = s.step_buffer_bytes(), io = s.io_bytes();
   double bytes;
   if (replay) {
-    const double a = counts.mean_accepted, mean_buffered = (K - 1) / 2.0;
-    // A commit folds the window plus the overshoot of the round that fills it: about
-    // K + (a - 1) / 2 steps, once every that many accepted steps.
+    const double a = counts.mean_accepted, mean_buffered = (K - 1 + a) / 2.0;
+    // The verification that finds K or more accepted steps buffered folds them (the window plus
+    // the overshoot of the round that filled it: about K + (a - 1) / 2 steps, once every that
+    // many accepted steps) in its own pass over the state: one extra state write, no read.
     const double fold = K + (a - 1) / 2;
-    bytes = S + (mean_buffered + Tn) * bs + Tn * io + (a / fold) * (2 * S + fold * bs);
+    bytes = S + (mean_buffered + Tn) * bs + Tn * io + (a / fold) * S;
   } else {
     bytes = (1 + Tn) * S + Tn * io;
   }
@@ -84,14 +99,14 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
 
 template <int Tn>
 void bm_mamba2(benchmark::State& state) {
-  auto& s =
-      cached_setup<rbench::mamba2_setup<m2pol>>(int(state.range(0)), int(state.range(1)), 256, 8);
+  auto& s = cached_setup<rbench::mamba2_setup<m2pol<Tn>>>(int(state.range(0)), int(state.range(1)),
+                                                          256, 8);
   run_round<Tn>(state, s, state.range(2) == 1);
 }
 template <int Tn>
 void bm_gdn(benchmark::State& state) {
   auto& s =
-      cached_setup<rbench::gdn_setup<gdnpol>>(int(state.range(0)), int(state.range(1)), 256, 8);
+      cached_setup<rbench::gdn_setup<gdnpol<Tn>>>(int(state.range(0)), int(state.range(1)), 256, 8);
   run_round<Tn>(state, s, state.range(2) == 1);
 }
 

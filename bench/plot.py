@@ -35,7 +35,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
     ap.add_argument("--out-dir", default=os.path.dirname(os.path.abspath(__file__)) + "/results")
-    ap.add_argument("--spec", default=None, help="bench_spec JSON: adds the speculative-round table")
+    ap.add_argument("--spec", default=None,
+                    help="bench_spec JSON: adds the speculative-round table and spec_rounds.png")
+    ap.add_argument("--summary", default="decode_summary.md", help="name of the summary file")
     args = ap.parse_args()
     ctx, rows = load(args.json)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -87,9 +89,9 @@ def main():
         for k, b in sorted(ks.items()):
             ratio = f"{eager_line[rule] / us(b):.2f}x" if eager_line[rule] else "?"
             lines.append(f"| {rule} | {k} | {us(b):.1f} | {b['bytes_per_step'] / 1e6:.0f} | {ratio} |")
+    rounds = defaultdict(dict)
     if args.spec and os.path.exists(args.spec):
         _, spec_rows = load(args.spec)
-        rounds = defaultdict(dict)
         for n, b in spec_rows.items():
             m = re.match(r"^spec/(\w+)/([^/]+)/T(\d+)/(replay|eager)_round", n)
             if m:
@@ -102,7 +104,7 @@ def main():
                 e, p = r["eager"], r["replay"]
                 lines.append(f"| {rule} | {shape} | {t} | {us(e):.1f} | {us(p):.1f} | "
                              f"{us(e) / us(p):.2f}x | {100 * p['bytes_per_second'] / copy:.0f}% |")
-    with open(os.path.join(args.out_dir, "decode_summary.md"), "w") as f:
+    with open(os.path.join(args.out_dir, args.summary), "w") as f:
         f.write("\n".join(lines) + "\n")
 
     try:
@@ -111,6 +113,25 @@ def main():
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib not installed: wrote the summary, skipped the plot")
+        return
+    if rounds:  # per-round time vs tokens per round, ReplaySSM vs the eager round
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for key in sorted({(r, sh) for r, sh, _ in rounds}):
+            ts = sorted(t for r, sh, t in rounds if (r, sh) == key and len(rounds[(r, sh, t)]) == 2)
+            line, = ax.plot(ts, [us(rounds[key + (t,)]["replay"]) for t in ts], marker="o",
+                            label=f"replay round, {key[0]} {key[1]}")
+            ax.plot(ts, [us(rounds[key + (t,)]["eager"]) for t in ts], ls="--", marker="x",
+                    color=line.get_color(), label=f"eager round, {key[0]} {key[1]}")
+        ax.set_xlabel("tokens per row per round T (last accepted + drafts)")
+        ax.set_ylabel("time per round (us), batch 256")
+        ax.set_title(f"Speculative rounds, K = 16 ({ctx.get('device', '?')})")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out_dir, "spec_rounds.png"), dpi=120)
+    if not sweep:
+        print("wrote", args.out_dir, "(no commit-interval sweep in this JSON: no sweep plot)")
         return
     fig, ax = plt.subplots(figsize=(7, 4.2))
     labels = {"mamba2": "Mamba-2 H128 P64 N128 G8", "gdn": "Gated DeltaNet Hv64 Hk16 K=V=128",

@@ -26,7 +26,10 @@ run_cases() {
   for name in "${names[@]}"; do
     while [[ $(jobs -r | wc -l) -ge $JOBS ]]; do sleep 0.2; done
     ( "$@" "$tests" "*${name##* - }" --durations yes > "$tmp/case_$i.log" 2>&1
-      echo "exit $? :: $name" >> "$tmp/case_$i.log" ) &
+      rc=$?
+      # Catch2 exits 0 when a filter matches nothing: that is a failure of this script.
+      grep -q "No test cases matched" "$tmp/case_$i.log" && rc=8
+      echo "exit $rc :: $name" >> "$tmp/case_$i.log" ) &
     i=$((i + 1))
   done
   wait

@@ -95,7 +95,9 @@ result materialize(const gdn_params<Policy>& p, const state_pool_ref& dest, cuda
 template <class Policy>
 result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream);
 /// @brief Speculative verification (see the Mamba-2 overload): every draft position's output by
-/// a backward sweep from its own q, one read of the checkpoint, no state write, cursor unchanged.
+/// a backward sweep from its own q (one warp per draft), one read of the checkpoint; a window of
+/// K or more accepted steps is folded in the same pass. Needs `BufferLen >= CommitInterval - 1 +
+/// 2 * MaxDraft`.
 template <int MaxDraft, class Policy>
 result verify_step(const gdn_params<Policy>& p, cudaStream_t stream);
 /// @brief The speculative round of eager engines, the baseline verify_step is measured against:
@@ -105,12 +107,12 @@ result verify_step(const gdn_params<Policy>& p, cudaStream_t stream);
 template <int MaxDraft, class Policy>
 result eager_draft_step(const gdn_params<Policy>& p, const state_pool_ref& intermediate,
                         cudaStream_t stream);
-/// @brief Keeps the first `spec.accepted[b]` drafts of each row; a full window commits them.
+/// @brief Keeps the first `spec.accepted[b]` drafts of each row (no state traffic; the next
+/// verify_step, decode_step or commit folds a full window).
 template <class Policy>
 result accept(const gdn_params<Policy>& p, cudaStream_t stream);
-/// @brief Token trees: moves each row's accepted path (`spec.accepted_nodes`, `spec.accepted[b]`
-/// drafts, root side first) to the buffer's tail, then runs @ref accept. Two launches, no host
-/// round trip. Verify the tree with `verify_step<MaxDraft>` and `spec.parent` set.
+/// @brief Token trees: keeps each row's accepted path (`spec.accepted_nodes`, `spec.accepted[b]`
+/// drafts, root side first) as the buffer's tail. One launch, no host round trip.
 template <int MaxDraft, class Policy>
 result accept_tree(const gdn_params<Policy>& p, cudaStream_t stream);
 /// @brief Host checks the launchers run first (see validate_mamba2).

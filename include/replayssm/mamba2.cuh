@@ -114,12 +114,15 @@ result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cud
 
 /// @brief Speculative verification: appends each row's `spec.num_draft[b]` draft steps (input
 /// rows `b * MaxDraft + t`) after its buffered steps and writes every draft position's output
-/// (output rows `b * MaxDraft + t`), reading the checkpoint once and writing no state; the
-/// cursor does not move. Needs `BufferLen >= CommitInterval - 1 + MaxDraft`.
+/// (output rows `b * MaxDraft + t`), reading the checkpoint once. A row whose buffer holds K or
+/// more accepted steps (accept never commits) folds them into its checkpoint in the same pass
+/// over the state, so a commit costs one state write and no extra read; otherwise no state is
+/// written and the cursor does not move. Needs `BufferLen >= CommitInterval - 1 + 2 * MaxDraft`
+/// (a full window of accepted steps plus the next draft).
 /// @code
 /// replayssm::verify_step<4>(p, stream);   // outputs of all draft positions
 /// // ... the engine compares with the target model and fills p.spec.accepted on the device
-/// replayssm::accept(p, stream);           // keep the verified prefix; commit a full window
+/// replayssm::accept(p, stream);           // keep the verified prefix (no state traffic)
 /// @endcode
 template <int MaxDraft, class Policy>
 result verify_step(const mamba2_params<Policy>& p, cudaStream_t stream);
@@ -132,13 +135,13 @@ template <int MaxDraft, class Policy>
 result eager_draft_step(const mamba2_params<Policy>& p, const state_pool_ref& intermediate,
                         cudaStream_t stream);
 /// @brief Keeps the first `spec.accepted[b]` drafts of each row (cursor += accepted; rejected
-/// drafts are forgotten); a row whose buffer then holds K or more steps commits exactly those
-/// accepted steps into its checkpoint. Rows that do not commit touch no state.
+/// drafts are forgotten). No state traffic: a window this fills is folded by the next
+/// verify_step or decode_step (or commit), so only accepted steps are ever committed.
 template <class Policy>
 result accept(const mamba2_params<Policy>& p, cudaStream_t stream);
-/// @brief Token trees: moves each row's accepted path (`spec.accepted_nodes`, `spec.accepted[b]`
-/// drafts, root side first) to the buffer's tail, then runs @ref accept. Two launches, no host
-/// round trip. Verify the tree with `verify_step<MaxDraft>` and `spec.parent` set.
+/// @brief Token trees: keeps each row's accepted path (`spec.accepted_nodes`, `spec.accepted[b]`
+/// drafts, root side first) as the buffer's tail, as @ref accept does for chains. One launch, no
+/// host round trip. Verify the tree with `verify_step<MaxDraft>` and `spec.parent` set.
 template <int MaxDraft, class Policy>
 result accept_tree(const mamba2_params<Policy>& p, cudaStream_t stream);
 

@@ -45,11 +45,23 @@ TEST_CASE("draft paths: chains are prefixes, trees follow their parents", "[cpu]
 
 TEST_CASE("cursor clamps keep every access inside the slot's buffer", "[cpu][checks]") {
   using replayssm::detail::buffered_steps;
-  CHECK(buffered_steps<op::decode, 16, 24>(-3) == 0);
+  using replayssm::detail::draft_offset;
+  using replayssm::detail::folded_cursor;
   CHECK(buffered_steps<op::decode, 16, 24>(7) == 7);
-  CHECK(buffered_steps<op::decode, 16, 24>(99) == 15);  // decode commits at K
-  CHECK(buffered_steps<op::verify, 16, 24>(99) == 15);
-  CHECK(buffered_steps<op::accept, 16, 24>(16) == 15);
+  CHECK(buffered_steps<op::decode, 16, 24>(20) == 20);  // left by accept: decode folds it
+  CHECK(buffered_steps<op::decode, 16, 24>(99) == 23);  // the current step still fits
+  CHECK(buffered_steps<op::verify, 16, 24>(99) == 24);
   CHECK(buffered_steps<op::flush, 16, 24>(99) == 24);  // a flush may fold a whole buffer
   CHECK(buffered_steps<op::materialize, 16, 24>(20) == 20);
+  // After a verification that folded a window of 18 steps: nothing buffered, drafts at 18.
+  CHECK(folded_cursor(18) < 0);
+  CHECK(buffered_steps<op::decode, 16, 24>(folded_cursor(18)) == 0);
+  CHECK(buffered_steps<op::accept, 16, 24>(folded_cursor(18)) == 0);
+  CHECK(draft_offset<24>(folded_cursor(18)) == 18);
+  CHECK(draft_offset<24>(folded_cursor(0)) == 0);
+  CHECK(draft_offset<24>(7) == 7);
+  // Garbage stays inside the buffer.
+  CHECK(buffered_steps<op::decode, 16, 24>(-3) == 0);
+  CHECK(draft_offset<24>(-2147483647 - 1) == 24);
+  CHECK(draft_offset<24>(2147483647) == 24);
 }

@@ -227,7 +227,7 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(mentions(r, "fewer rows"));
   }
   SECTION("speculative launches need their per-row counts") {
-    using spol = replay_policy<rules::mamba2<64, 128, float>, 24, 16>;
+    using spol = replay_policy<rules::mamba2<64, 128, float>, 31, 16>;
     auto p = valid_mamba2<spol>();
     result r = verify_step<8>(p, nullptr);
     CHECK(r.code == status::null_pointer);

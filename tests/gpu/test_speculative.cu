@@ -46,9 +46,48 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
   double worst = 0;
   int commits_expected = 0;
   std::vector<int> buffered(nseq, 0);
-  for (int round = 0; round < rounds; ++round) {
+  int decodes = 0;
+  int spec_rounds = 0;
+  for (int round = 0; spec_rounds < rounds; ++round) {
     std::vector<int> row_seq{0, 1, -1};
     std::shuffle(row_seq.begin(), row_seq.end(), rng);
+    if (rng() % 5 == 0) {  // now and then a plain decode step: it folds a window accept left
+      std::vector<int32_t> idx(batch);
+      std::vector<typename Case::step_t> steps(batch);
+      for (int b = 0; b < batch; ++b) {
+        idx[b] = row_seq[b] >= 0 ? perm[row_seq[b]] : -1;
+        steps[b] = c.random_step(rng);
+        c.set_row(b, steps[b]);
+      }
+      slot_idx.upload(idx);
+      c.upload_inputs();
+      c.out_r.poison();
+      auto p = c.params(c.pool_r.ptr, slot_idx.ptr, batch, -1, c.out_r.ptr);
+      RTEST_OK(decode_step(p, 0));
+      RTEST_CUDA(cudaDeviceSynchronize());
+      const auto out = c.out_r.download();
+      for (int b = 0; b < batch; ++b) {
+        if (row_seq[b] < 0) continue;
+        std::vector<double> y;
+        c.ref_step(ref[row_seq[b]], steps[b], y);
+        const auto got = rtest::output_row(out, b, out_n);
+        rtest::rel_err e;
+        for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[i]);
+        worst = std::max(worst, e.value());
+        INFO("round " << round << " row " << b << ": decode step after " << buffered[row_seq[b]]
+                      << " buffered steps");
+        REQUIRE(e.value() < tol);
+        if (++buffered[row_seq[b]] >= Case::commit_interval)
+          buffered[row_seq[b]] = 0, ++commits_expected;
+      }
+      RTEST_OK(launch.eager(slot_idx.ptr, batch, -1));  // the eager engine takes the same step
+      ++decodes;
+      continue;
+    }
+    ++spec_rounds;
+    // A verification folds a window of K or more accepted steps first.
+    for (int q = 0; q < nseq; ++q)
+      if (buffered[q] >= Case::commit_interval) buffered[q] = 0, ++commits_expected;
     std::vector<int32_t> idx(batch), nd(batch), acc(batch);
     std::vector<int32_t> par(size_t(batch) * MaxDraft), path_nodes(size_t(batch) * MaxDraft, -1);
     std::vector<std::vector<int>> path(batch);  // the accepted drafts, root side first
@@ -124,8 +163,6 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
                        intermediate.ptr + (size_t(b) * MaxDraft + acc[b] - 1) * c.state_elems(),
                        c.state_elems() * sizeof(float), cudaMemcpyDeviceToDevice));
       buffered[row_seq[b]] += acc[b];
-      if (buffered[row_seq[b]] >= Case::commit_interval)
-        buffered[row_seq[b]] = 0, ++commits_expected;
     }
     if (Tree)
       RTEST_OK(accept_tree<MaxDraft>(p, 0));
@@ -148,25 +185,27 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     INFO("sequence " << s << " state vs float64 on accepted tokens");
     REQUIRE(e.value() < 2e-5);
   }
-  std::printf("[spec %s %s MaxDraft=%d] %d rounds, %d commits, max rel err %.2e\n",
-              Tree ? "trees" : "chains", typeid(Case).name(), MaxDraft, rounds, commits_expected,
-              worst);
+  std::printf(
+      "[spec %s %s MaxDraft=%d] %d rounds (%d plain decode steps), %d commits, max rel "
+      "err %.2e\n",
+      Tree ? "trees" : "chains", typeid(Case).name(), MaxDraft, rounds, decodes, commits_expected,
+      worst);
 }
 
-// Buffers hold a full window plus the largest draft: L >= K - 1 + MaxDraft.
-using m2 = replay_policy<rules::mamba2<64, 128, float>, 24, 16>;
-using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 24, 16>;
-using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 12, 8>;
+// Buffers hold a full window of accepted steps plus the next draft: L >= K - 1 + 2 MaxDraft.
+using m2 = replay_policy<rules::mamba2<64, 128, float>, 32, 16>;
+using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 32, 16>;
+using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 17, 8>;
 // Several tiles per head (the per-tile offsets and the single writers of shared inputs), bf16.
 using m2_tiles =
     replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16, precision::fp32, 32, 128>;
-using m2_wide = replay_policy<rules::mamba2<64, 128, float>, 32, 16, precision::fp32, 32, 128>;
+using m2_wide = replay_policy<rules::mamba2<64, 128, float>, 48, 16, precision::fp32, 32, 128>;
 using gdn_tiles =
     replay_policy<rules::gated_deltanet<128, 128, float>, 24, 16, precision::fp32, 64, 128>;
 
 }  // namespace
 
-TEST_CASE("speculative rounds: verify every draft position, accept the verified prefix",
+TEST_CASE("speculative rounds verify every draft position and accept the verified prefix",
           "[gpu][spec]") {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
@@ -194,7 +233,7 @@ TEST_CASE("speculative rounds: verify every draft position, accept the verified 
   }
 }
 
-TEST_CASE("token trees: every node's output is its path's, the accepted path becomes the tail",
+TEST_CASE("token trees give every node its path output and the accepted path becomes the tail",
           "[gpu][spec][tree]") {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);

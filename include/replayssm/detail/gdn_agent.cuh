@@ -31,19 +31,27 @@ struct gdn_agent {
   static constexpr int NT = Policy::block_threads;
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
-  static constexpr int S = (Op == op::eager) ? 1 : (Op == op::eager_draft ? MaxDraft : L);
+  static constexpr int max_draft = MaxDraft;
+  static constexpr int min_blocks_per_sm =
+      0;  ///< no bound: the state tile alone takes 128 registers
+  // Steps staged at once: the buffered steps (up to L), plus the current one for decode.
+  static constexpr int S = (Op == op::eager)         ? 1
+                           : (Op == op::eager_draft) ? MaxDraft
+                           : (Op == op::decode)      ? L + 1
+                                                     : L;
   static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
-  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft || Op == op::compact);
+  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft || Op == op::accept);
   static_assert(!drafts || MaxDraft <= 32, "speculative launches: MaxDraft must be at most 32.");
   static_assert(NT >= L && (!drafts || NT >= MaxDraft),
                 "replay_policy: BlockThreads must be at least BufferLen (and MaxDraft): each "
                 "thread stages one buffered step's scalars.");
   static constexpr int NQ = drafts ? MaxDraft : 1;  // q vectors staged
-  static_assert(Op != op::verify || L >= K - 1 + MaxDraft,
-                "gated_deltanet: the buffer must hold a full commit window plus the largest "
-                "draft: BufferLen >= CommitInterval - 1 + MaxDraft.");
+  static_assert(Op != op::verify || L >= K - 1 + 2 * MaxDraft,
+                "gated_deltanet: the buffer must hold a full window (up to CommitInterval - 1 + "
+                "MaxDraft accepted steps) plus the next draft: BufferLen >= CommitInterval - 1 + "
+                "2 * MaxDraft.");
   static_assert(
       VD % VT == 0,
       "gated_deltanet: the policy's Tile (columns of V per block) must divide head_v_dim.");
@@ -58,10 +66,10 @@ struct gdn_agent {
     alignas(16) float v[S][VT];  // v_j, this block's columns
     alignas(16) float g[S];
     alignas(16) float beta[S];
-    alignas(16) float c[S];       // beta_j (k_j . r_j) from the sweep
+    alignas(16) float c[NQ][S];   // beta_j (k_j . r_j) from the sweep, per query
     alignas(16) float ksc[S];     // normalisation factor of k_j
     alignas(16) float q[NQ][KD];  // normalised, scaled q
-    alignas(16) float r[KD];      // M_1 ... M_n q
+    alignas(16) float r[KD];      // M_1 ... M_n q (decode; verify sweeps in place in q)
     alignas(16) float o[VT];
     alignas(16) float kh[VT];
     alignas(16) float u[VT];
@@ -91,53 +99,47 @@ struct gdn_agent {
     run_item(*this, p, b, hv, t, other);
   }
 
-  /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
-  static REPLAYSSM_DEVICE int accepted_steps(const params_t& p, int64_t slot, int b) {
-    const int n = buffered_steps<op::accept, K, L>(p.cursors.cursor[slot]);
-    int a = p.spec.accepted[b];
-    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
-    return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
-  }
-
-  /// Replay output of the staged steps below m for the staged query s.q[qi] (normalised):
-  /// s.o[i] = (h_c^T r)[i] + sum_j beta_j c_j v_j[i] for the threads i < VT, by the backward sweep.
-  /// Call from all threads.
-  /// Only the steps j < n0 and the drafts n0 + k with bit k of `mask` set take part (a token
-  /// tree's path); the others count as absent.
-  REPLAYSSM_DEVICE void replay_output(const tile_t& tile, int qi, int m, int n0, uint32_t mask) {
-    // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
-    if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      float r[RPL];
+  /// The backward sweep for query qi by one warp: s.q[qi] <- M_1 ... M_m q and s.c[qi][j] =
+  /// beta_j k_j . (M_{j+1} ... M_m q) over the staged steps j < m. Only the steps j < n0 and the
+  /// drafts n0 + k with bit k of `mask` set take part (a token tree's path); the others count as
+  /// absent. Call from all lanes of one warp.
+  REPLAYSSM_DEVICE void sweep(int qi, int m, int n0, uint32_t mask) {
+    const int lane = threadIdx.x & 31;
+    float r[RPL];
 #pragma unroll
-      for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[qi][lane + 32 * e] : 0.f;
-      for (int j = m - 1; j >= 0; --j) {
-        if (j >= n0 && !((mask >> (j - n0)) & 1u)) {  // not on this draft's path
-          if (lane == 0) s.c[j] = 0.f;
-          continue;
-        }
-        float d = 0.f;
-#pragma unroll
-        for (int e = 0; e < RPL; ++e)
-          if (lane + 32 * e < KD) d = fmaf(s.k[j][lane + 32 * e], r[e], d);
-        d = warp_sum(d);
-        const float alpha = expf(s.g[j]);
-        const float bc = s.beta[j] * d;
-#pragma unroll
-        for (int e = 0; e < RPL; ++e)
-          if (lane + 32 * e < KD) r[e] = alpha * fmaf(-bc, s.k[j][lane + 32 * e], r[e]);
-        if (lane == 0) s.c[j] = bc;
+    for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[qi][lane + 32 * e] : 0.f;
+    for (int j = m - 1; j >= 0; --j) {
+      if (j >= n0 && !((mask >> (j - n0)) & 1u)) {  // not on this draft's path
+        if (lane == 0) s.c[qi][j] = 0.f;
+        continue;
       }
+      float d = 0.f;
 #pragma unroll
       for (int e = 0; e < RPL; ++e)
-        if (lane + 32 * e < KD) s.r[lane + 32 * e] = r[e];
+        if (lane + 32 * e < KD) d = fmaf(s.k[j][lane + 32 * e], r[e], d);
+      d = warp_sum(d);
+      const float alpha = expf(s.g[j]);
+      const float bc = s.beta[j] * d;
+#pragma unroll
+      for (int e = 0; e < RPL; ++e)
+        if (lane + 32 * e < KD) r[e] = alpha * fmaf(-bc, s.k[j][lane + 32 * e], r[e]);
+      if (lane == 0) s.c[qi][j] = bc;
     }
-    __syncthreads();
-    tile.contract(s.r, s.o, s.scratch);
-    if (threadIdx.x < VT) {
-      float o = s.o[threadIdx.x];
-      for (int j = 0; j < m; ++j) o = fmaf(s.c[j], s.v[j][threadIdx.x], o);
-      s.o[threadIdx.x] = o;
+#pragma unroll
+    for (int e = 0; e < RPL; ++e)
+      if (lane + 32 * e < KD) s.q[qi][lane + 32 * e] = r[e];
+  }
+
+  /// Folds the first m staged steps (k normalised) into the state tile: the delta-rule update,
+  /// one step at a time.
+  REPLAYSSM_DEVICE void fold(tile_t& tile, int m) {
+    for (int j = 0; j < m; ++j) {
+      const float alpha = expf(s.g[j]);
+      tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
+      if (threadIdx.x < VT)
+        s.u[threadIdx.x] = s.beta[j] * (s.v[j][threadIdx.x] - alpha * s.kh[threadIdx.x]);
+      __syncthreads();
+      tile.rank1(alpha, s.k[j], s.u, 1.f);
     }
   }
 
@@ -163,9 +165,7 @@ struct gdn_agent {
       g_cur = p.in.g[b * p.in.g_batch_stride + hv];
       beta_cur = p.in.beta[b * p.in.beta_batch_stride + hv];
     }
-    const int n = (Op == op::eager)    ? 0
-                  : (Op == op::accept) ? accepted_steps(p, slot, b)
-                                       : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
+    const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
@@ -215,14 +215,7 @@ struct gdn_agent {
     __syncthreads();
 
     if (commit) {
-      for (int j = 0; j < m; ++j) {
-        const float alpha = expf(s.g[j]);
-        tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
-        if (threadIdx.x < VT)
-          s.u[threadIdx.x] = s.beta[j] * (s.v[j][threadIdx.x] - alpha * s.kh[threadIdx.x]);
-        __syncthreads();
-        tile.rank1(alpha, s.k[j], s.u, 1.f);
-      }
+      fold(tile, m);
       if (Op == op::materialize) {
         tile.store(tile_base(other.data + b * other.slot_stride + hv * other.head_stride,
                              other.row_stride, v0),
@@ -249,7 +242,7 @@ struct gdn_agent {
 #pragma unroll
           for (int e = 0; e < RPL; ++e)
             if (lane + 32 * e < KD) r[e] = alpha * fmaf(-bc, s.k[j][lane + 32 * e], r[e]);
-          if (lane == 0) s.c[j] = bc;
+          if (lane == 0) s.c[0][j] = bc;
         }
 #pragma unroll
         for (int e = 0; e < RPL; ++e)
@@ -259,7 +252,7 @@ struct gdn_agent {
       tile.contract(s.r, s.o, s.scratch);
       if (threadIdx.x < VT) {
         float o = s.o[threadIdx.x];
-        for (int j = 0; j < m; ++j) o = fmaf(s.c[j], s.v[j][threadIdx.x], o);
+        for (int j = 0; j < m; ++j) o = fmaf(s.c[0][j], s.v[j][threadIdx.x], o);
         s.o[threadIdx.x] = o;
       }
       // Append the current step to the buffer (k raw, with the factor the step used).
@@ -282,96 +275,101 @@ struct gdn_agent {
     if (has_current && threadIdx.x < VT)
       p.in.out[b * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
           from_float<T>(s.o[threadIdx.x]);
-    if (Op == op::decode || Op == op::flush || Op == op::accept)
+    if (Op == op::decode || Op == op::flush)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
                             commit ? 0 : n + 1);
   }
 
-  /// op::compact: moves row b's accepted path (accepted_nodes, root side first) from buffer
-  /// positions n + node to n + k (see mamba2_agent::compact).
-  REPLAYSSM_DEVICE void compact(const params_t& p, int b, int hv, int t, int64_t slot) {
+  /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block
+  /// alone writes: its columns of v, g and beta (tile 0), the k-head's k and factor (its first
+  /// value head, tile 0).
+  REPLAYSSM_DEVICE void move_step(const params_t& p, int hv, int t, int64_t slot, int from,
+                                  int to) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
-    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
-    int a = p.spec.accepted[b];
-    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // as accept
-    a = a < 0 ? 0 : (a > MaxDraft ? MaxDraft : (a > L - n ? L - n : a));
-    const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
-    for (int k = 0; k < a; ++k) {
-      const int node = p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
-      if (node == k || node < k || node >= L - n) continue;  // in place, or malformed
-      const int64_t from = buf_step(slot, n + node), to = buf_step(slot, n + k);
-      for (int i = threadIdx.x; i < VT; i += NT)
-        p.buffer.v[(to * Hv + hv) * VD + v0 + i] = p.buffer.v[(from * Hv + hv) * VD + v0 + i];
-      if (t == 0 && threadIdx.x == 0) {
-        p.buffer.g[to * Hv + hv] = p.buffer.g[from * Hv + hv];
-        p.buffer.beta[to * Hv + hv] = p.buffer.beta[from * Hv + hv];
-      }
-      if (k_writer) {
-        for (int i = threadIdx.x; i < KD; i += NT)
-          p.buffer.k[(to * Hk + hk) * KD + i] = p.buffer.k[(from * Hk + hk) * KD + i];
-        if (threadIdx.x == 0) p.buffer.kscale[to * Hk + hk] = p.buffer.kscale[from * Hk + hk];
-      }
-      __syncthreads();
+    const int64_t f = buf_step(slot, from), d = buf_step(slot, to);
+    for (int i = threadIdx.x; i < VT; i += NT)
+      p.buffer.v[(d * Hv + hv) * VD + v0 + i] = p.buffer.v[(f * Hv + hv) * VD + v0 + i];
+    if (t == 0 && threadIdx.x == 0) {
+      p.buffer.g[d * Hv + hv] = p.buffer.g[f * Hv + hv];
+      p.buffer.beta[d * Hv + hv] = p.buffer.beta[f * Hv + hv];
+    }
+    if (t == 0 && hv % (Hv / Hk) == 0) {
+      for (int i = threadIdx.x; i < KD; i += NT)
+        p.buffer.k[(d * Hk + hk) * KD + i] = p.buffer.k[(f * Hk + hk) * KD + i];
+      if (threadIdx.x == 0) p.buffer.kscale[d * Hk + hk] = p.buffer.kscale[f * Hk + hk];
     }
   }
 
-  /// Stages row b's nd draft steps (input rows b * MaxDraft + d) at positions n..n+nd-1 (raw q in
-  /// s.q[d], raw k, this block's columns of v, g, beta) and has warp 0 compute each draft's
-  /// normalisation factors (s.qscale[d], s.ksc[n + d]) exactly as its eager step would. Ends
-  /// without a barrier after warp 0's work.
-  REPLAYSSM_DEVICE void stage_drafts(const params_t& p, int b, int hv, int hk, int v0, int n,
-                                     int nd) {
-    for (int i = threadIdx.x; i < nd * KD; i += NT) {
-      const int64_t r = int64_t(b) * MaxDraft + i / KD;
-      s.q[i / KD][i % KD] =
-          to_float(p.in.q[r * p.in.q_batch_stride + hk * p.in.q_head_stride + i % KD]);
-      s.k[n + i / KD][i % KD] =
-          to_float(p.in.k[r * p.in.k_batch_stride + hk * p.in.k_head_stride + i % KD]);
+  /// Row b's nd draft steps (input rows b * MaxDraft + d) in registers: raw q and k, this
+  /// block's columns of v, g and beta. `load` requests them all; `store` waits once.
+  struct draft_rows {
+    strided_rows<MaxDraft, KD, NT, T> q, k;
+    strided_rows<MaxDraft, VT, NT, T> v;
+    float g = 0.f, beta = 0.f;
+    REPLAYSSM_DEVICE void load(const params_t& p, int b, int hv, int hk, int v0, int nd) {
+      const int64_t r0 = int64_t(b) * MaxDraft;
+      q.load(p.in.q + r0 * p.in.q_batch_stride + hk * p.in.q_head_stride, p.in.q_batch_stride, nd);
+      k.load(p.in.k + r0 * p.in.k_batch_stride + hk * p.in.k_head_stride, p.in.k_batch_stride, nd);
+      v.load(p.in.v + r0 * p.in.v_batch_stride + hv * p.in.v_head_stride + v0, p.in.v_batch_stride,
+             nd);
+      if (int(threadIdx.x) < nd) {
+        g = p.in.g[(r0 + threadIdx.x) * p.in.g_batch_stride + hv];
+        beta = p.in.beta[(r0 + threadIdx.x) * p.in.beta_batch_stride + hv];
+      }
     }
-    for (int i = threadIdx.x; i < nd * VT; i += NT) {
-      const int64_t r = int64_t(b) * MaxDraft + i / VT;
-      s.v[n + i / VT][i % VT] =
-          to_float(p.in.v[r * p.in.v_batch_stride + hv * p.in.v_head_stride + v0 + i % VT]);
+    /// Stages the drafts at positions n..n+nd-1 (raw q in s.q[d], raw k, v, g, beta).
+    REPLAYSSM_DEVICE void store(shared_storage& s, int n, int nd) const {
+      q.store(s.q, nd);
+      k.store(s.k + n, nd);
+      v.store(s.v + n, nd);
+      if (int(threadIdx.x) < nd) {
+        s.g[n + threadIdx.x] = g;
+        s.beta[n + threadIdx.x] = beta;
+      }
     }
-    if (int(threadIdx.x) < nd) {
-      const int64_t r = int64_t(b) * MaxDraft + threadIdx.x;
-      s.g[n + threadIdx.x] = p.in.g[r * p.in.g_batch_stride + hv];
-      s.beta[n + threadIdx.x] = p.in.beta[r * p.in.beta_batch_stride + hv];
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {  // each draft's own normalisation factors, as its eager step computes
-      for (int d = 0; d < nd; ++d) {
-        float qq = 0.f, kk = 0.f;
-        for (int e = threadIdx.x; e < KD; e += 32) {
-          qq = fmaf(s.q[d][e], s.q[d][e], qq);
-          kk = fmaf(s.k[n + d][e], s.k[n + d][e], kk);
-        }
-        qq = warp_sum(qq);
-        kk = warp_sum(kk);
-        if (threadIdx.x == 0) {
-          const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
-          s.qscale[d] = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
-          s.ksc[n + d] = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
-        }
+  };
+
+  /// Each staged draft's normalisation factors (s.qscale[d], s.ksc[n + d]) exactly as its eager
+  /// step computes them, one warp per draft. Call after the barrier that publishes the staged
+  /// drafts; ends without a barrier.
+  REPLAYSSM_DEVICE void draft_norms(const params_t& p, int n, int nd) {
+    const int lane = threadIdx.x & 31;
+    for (int d = threadIdx.x >> 5; d < nd; d += NT / 32) {
+      float qq = 0.f, kk = 0.f;
+      for (int e = lane; e < KD; e += 32) {
+        qq = fmaf(s.q[d][e], s.q[d][e], qq);
+        kk = fmaf(s.k[n + d][e], s.k[n + d][e], kk);
+      }
+      qq = warp_sum(qq);
+      kk = warp_sum(kk);
+      if (lane == 0) {
+        const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
+        s.qscale[d] = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
+        s.ksc[n + d] = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
       }
     }
   }
 
   /// op::verify: the outputs of row b's draft steps d < num_draft[b] (input rows
   /// b * MaxDraft + d), each by the backward sweep from its own q over the buffered steps and
-  /// the drafts on its path (0..d for chains), with one read of the checkpoint and no state write;
-  /// the drafts are appended to the buffer after the cursor, which does not move (op::accept moves
-  /// it).
+  /// the drafts on its path (0..d for chains; one warp per draft, all at once), with one read of
+  /// the checkpoint; the drafts are appended to the buffer after the buffered steps. A window of
+  /// K or more steps (left by accept) is folded into the checkpoint first, in the same pass over
+  /// the state: the cursor then holds folded_cursor(n) until accept moves the accepted drafts to
+  /// the front. Otherwise the cursor does not move.
   REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int hv, int t, int64_t slot,
-                                       const tile_t& tile) {
+                                       tile_t& tile) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
-    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
     int nd = p.spec.num_draft[b];
     nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    const bool fold_window = n >= K;
+    if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here: stay inside the buffer
+    const int base = fold_window ? 0 : n;  // where draft 0 is staged
     stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD,
                           n);
     stage_rows<S, VT, NT>(s.v, p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0,
@@ -382,37 +380,64 @@ struct gdn_agent {
       s.beta[j] = p.buffer.beta[buf_step(slot, j) * Hv + hv];
       s.ksc[j] = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
     }
-    stage_drafts(p, b, hv, hk, v0, n, nd);
+    if (!fold_window) {  // (requested any earlier, the drafts cost GDN ~90 registers)
+      draft_rows drafts;
+      drafts.load(p, b, hv, hk, v0, nd);
+      drafts.store(s, n, nd);
+    }
     if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
-    // Append the drafts' raw k (and, below, their factors) before k is normalised in place.
-    const bool k_writer = (t == 0 && hv % (Hv / Hk) == 0);
-    if (k_writer)
+    __syncthreads();
+    if (fold_window) {
+      for (int i = threadIdx.x; i < n * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
+      __syncthreads();
+      fold(tile, n);
+      tile.store(tile_ptr(p.state, slot, hv, t), p.state.row_stride);
+      __syncthreads();  // the drafts are staged over the folded steps
+      draft_rows drafts;
+      drafts.load(p, b, hv, hk, v0, nd);
+      drafts.store(s, 0, nd);
+      __syncthreads();
+    }
+    draft_norms(p, base, nd);
+    __syncthreads();
+    // Append the drafts' raw k and factors after the buffered (or folded) steps before k is
+    // normalised in place. Nothing this launch reads lives there.
+    if (t == 0 && hv % (Hv / Hk) == 0) {
       for (int i = threadIdx.x; i < nd * KD; i += NT)
         p.buffer.k[(buf_step(slot, n + i / KD) * Hk + hk) * KD + i % KD] =
-            from_float<T>(s.k[n + i / KD][i % KD]);
+            from_float<T>(s.k[base + i / KD][i % KD]);
+      if (int(threadIdx.x) < nd)
+        p.buffer.kscale[buf_step(slot, n + threadIdx.x) * Hk + hk] = s.ksc[base + threadIdx.x];
+    }
+    const int m = base + nd;
     __syncthreads();
-    if (k_writer && int(threadIdx.x) < nd)
-      p.buffer.kscale[buf_step(slot, n + threadIdx.x) * Hk + hk] = s.ksc[n + threadIdx.x];
-    for (int i = threadIdx.x; i < (n + nd) * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
+    for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
     for (int i = threadIdx.x; i < nd * KD; i += NT) s.q[i / KD][i % KD] *= s.qscale[i / KD];
     __syncthreads();
+    for (int d = threadIdx.x >> 5; d < nd; d += NT / 32) sweep(d, base + d + 1, base, s.path[d]);
+    __syncthreads();
     for (int d = 0; d < nd; ++d) {
-      replay_output(tile, d, n + d + 1, n, s.path[d]);
+      tile.contract(s.q[d], s.o, s.scratch);
       if (threadIdx.x < VT) {
+        float o = s.o[threadIdx.x];
+        for (int j = 0; j <= base + d; ++j) o = fmaf(s.c[d][j], s.v[j][threadIdx.x], o);
         const int64_t r = int64_t(b) * MaxDraft + d;
         p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
-            from_float<T>(s.o[threadIdx.x]);
+            from_float<T>(o);
       }
-      __syncthreads();  // the next draft reuses r, c and o
+      __syncthreads();  // the next draft reuses o
     }
-    // Append the drafts' v, g and beta after the cursor (exactly as given).
+    // Append the drafts' v, g and beta (exactly as given).
     for (int i = threadIdx.x; i < nd * VT; i += NT)
       p.buffer.v[(buf_step(slot, n + i / VT) * Hv + hv) * VD + v0 + i % VT] =
-          from_float<T>(s.v[n + i / VT][i % VT]);
+          from_float<T>(s.v[base + i / VT][i % VT]);
     if (t == 0 && int(threadIdx.x) < nd) {
-      p.buffer.g[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
-      p.buffer.beta[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
+      p.buffer.g[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.g[base + threadIdx.x];
+      p.buffer.beta[buf_step(slot, n + threadIdx.x) * Hv + hv] = s.beta[base + threadIdx.x];
     }
+    if (fold_window)
+      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
+                            uint32_t(Hv) * tiles_per_head, folded_cursor(n));
   }
 
   /// op::eager_draft, the baseline speculative round of eager engines (see mamba2_agent).
@@ -422,7 +447,13 @@ struct gdn_agent {
     const int v0 = t * VT;
     int nd = p.spec.num_draft[b];
     nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
-    stage_drafts(p, b, hv, hk, v0, 0, nd);
+    {
+      draft_rows drafts;
+      drafts.load(p, b, hv, hk, v0, nd);
+      drafts.store(s, 0, nd);
+    }
+    __syncthreads();
+    draft_norms(p, 0, nd);
     __syncthreads();
     for (int i = threadIdx.x; i < nd * KD; i += NT) {
       s.k[i / KD][i % KD] *= s.ksc[i / KD];

@@ -76,7 +76,7 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
   constexpr bool needs_step =
       (Op == op::eager || Op == op::decode || Op == op::verify || Op == op::eager_draft);
   constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
-                                 Op == op::verify || Op == op::accept || Op == op::compact);
+                                 Op == op::verify || Op == op::accept);
   constexpr int rows_per_row = (Op == op::verify || Op == op::eager_draft) ? MaxDraft : 1;
   if (auto r = validate_gdn(p, needs_step, needs_buffer, rows_per_row); !r) return r;
   if (Op == op::load || Op == op::materialize || Op == op::eager_draft) {
@@ -98,9 +98,6 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
     return fail(status::null_pointer,
                 Op == op::verify ? "gated_deltanet: spec.num_draft is null (verify_step)"
                                  : "gated_deltanet: spec.num_draft is null (eager_draft_step)");
-  if (Op == op::compact && (p.spec.accepted == nullptr || p.spec.accepted_nodes == nullptr))
-    return fail(status::null_pointer,
-                "gated_deltanet: spec.accepted and spec.accepted_nodes are required (accept_tree)");
   if (Op == op::accept && p.spec.accepted == nullptr)
     return fail(status::null_pointer, "gated_deltanet: spec.accepted is null (accept)");
   return launch_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
@@ -137,15 +134,16 @@ result eager_draft_step(const gdn_params<Policy>& p, const state_pool_ref& inter
 template <int MaxDraft, class Policy>
 result accept_tree(const gdn_params<Policy>& p, cudaStream_t stream) {
   static_assert(MaxDraft >= 1, "accept_tree: MaxDraft must be at least 1");
-  if (auto r =
-          detail::launch_gdn<Policy, detail::op::compact, MaxDraft>(p, state_pool_ref{}, stream);
-      !r)
-    return r;
-  return detail::launch_gdn<Policy, detail::op::accept>(p, state_pool_ref{}, stream);
+  if (p.spec.accepted_nodes == nullptr)
+    return detail::fail(status::null_pointer,
+                        "gated_deltanet: spec.accepted_nodes is required (accept_tree)");
+  return detail::launch_gdn<Policy, detail::op::accept, MaxDraft>(p, state_pool_ref{}, stream);
 }
 template <class Policy>
 result accept(const gdn_params<Policy>& p, cudaStream_t stream) {
-  return detail::launch_gdn<Policy, detail::op::accept>(p, state_pool_ref{}, stream);
+  auto chain = p;  // chains keep drafts in order: accepted_nodes is not read
+  chain.spec.accepted_nodes = nullptr;
+  return detail::launch_gdn<Policy, detail::op::accept>(chain, state_pool_ref{}, stream);
 }
 template <class Policy>
 result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {

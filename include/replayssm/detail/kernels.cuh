@@ -1,7 +1,7 @@
 // The thin __global__ entries over a block agent, and the launch of a grid of them. An agent
 // (mamba2_agent, gdn_agent) provides: params_t, policy, operation, shared_storage, tile_t,
 // tiles_per_head, heads(params), slot_of(params, b), tile_ptr(pool, row, head, tile),
-// accepted_steps, and process / process_verify / process_eager_draft / compact (run_item.cuh).
+// max_draft, and process / process_verify / process_eager_draft / move_step (run_item.cuh).
 #pragma once
 
 #include <replayssm/detail/ops.cuh>
@@ -13,7 +13,7 @@ namespace detail {
 
 /// One work item (b = blockIdx.y, head and tile from blockIdx.x) per block.
 template <class Agent>
-REPLAYSSM_KERNEL void __launch_bounds__(Agent::policy::block_threads)
+REPLAYSSM_KERNEL void __launch_bounds__(Agent::policy::block_threads, Agent::min_blocks_per_sm)
     item_kernel(const typename Agent::params_t p, const state_pool_ref other) {
   static_assert(sizeof(typename Agent::shared_storage) <= 48 * 1024,
                 "ReplaySSM: the block's staging exceeds 48 KiB of static shared memory; lower "

@@ -23,23 +23,33 @@ struct mamba2_agent {
   static constexpr int NT = Policy::block_threads;
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
-  // Steps staged in shared memory at once: buffered steps plus the current one.
-  static constexpr int S = (Op == op::eager) ? 1 : (Op == op::eager_draft ? MaxDraft : L);
+  static constexpr int max_draft = MaxDraft;
+  /// Resident blocks per SM the registers must allow (0: no bound). The replay kernels are
+  /// latency-bound chains, the more blocks the more state bytes in flight: 64 registers per
+  /// thread. The eager step measured faster with its own allocation (74 registers, 3 blocks).
+  static constexpr int min_blocks_per_sm = (Op == op::eager || NT > 256) ? 0 : 65536 / (64 * NT);
+  // Steps staged in shared memory at once: the buffered steps (up to L), plus the current one
+  // for decode (a window left full by accept folds with it).
+  static constexpr int S = (Op == op::eager)         ? 1
+                           : (Op == op::eager_draft) ? MaxDraft
+                           : (Op == op::decode)      ? L
+                                                     : L;
   using tile_t = keep_major_tile<TR, N, NT>;
   static_assert(P % TR == 0,
                 "mamba2: the policy's Tile (rows of headdim per block) must divide headdim.");
   static_assert(TR <= NT && N <= NT,
                 "mamba2: the policy's Tile and the rule's DState must not exceed BlockThreads.");
 
-  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft || Op == op::compact);
+  static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft || Op == op::accept);
   static_assert(!drafts || MaxDraft <= 32, "speculative launches: MaxDraft must be at most 32.");
   static_assert(NT >= L && (!drafts || NT >= MaxDraft),
                 "replay_policy: BlockThreads must be at least BufferLen (and MaxDraft): each "
                 "thread stages one buffered step's scalars.");
   static constexpr int NC = drafts ? MaxDraft : 1;  // C vectors staged
-  static_assert(!drafts || Op == op::eager_draft || L >= K - 1 + MaxDraft,
-                "mamba2: the buffer must hold a full commit window plus the largest draft: "
-                "BufferLen >= CommitInterval - 1 + MaxDraft.");
+  static_assert(Op != op::verify || L >= K - 1 + 2 * MaxDraft,
+                "mamba2: the buffer must hold a full window (up to CommitInterval - 1 + MaxDraft "
+                "accepted steps) plus the next draft: BufferLen >= CommitInterval - 1 + 2 * "
+                "MaxDraft.");
 
   static REPLAYSSM_HD int heads(const params_t& p) { return p.nheads; }  ///< heads per row
   static constexpr int tiles_per_head = P / TR;  ///< blocks (work items) per head
@@ -48,10 +58,11 @@ struct mamba2_agent {
     alignas(16) float B[S][N];   // B_j, group vectors
     alignas(16) float x[S][TR];  // x_j, this block's rows
     alignas(16) float dt[S];     // dt_j after bias and softplus
-    alignas(16) float w[S];      // replay weights exp(L_j) dt_j (B_j . C)
+    alignas(16) float w[NC][S];  // replay weights exp(L_j) dt_j (B_j . C), per C vector
     alignas(16) float C[NC][N];
-    alignas(16) float y[TR];
-    float decay;        // exp(sum_j A dt_j)
+    alignas(16) float z[Op == op::verify ? NC : 1][TR];  // verify: the drafts' gate rows
+    alignas(16) float y[NC][TR];
+    float decay[NC];    // exp(sum_j A dt_j)
     uint32_t path[NC];  // verify: the drafts on each draft's path (bit k: draft k)
   };
 
@@ -73,29 +84,44 @@ struct mamba2_agent {
     run_item(*this, p, b, h, t, other);
   }
 
-  /// Steps in the buffer once row b's accepted drafts are kept: cursor + accepted (op::accept).
-  static REPLAYSSM_DEVICE int accepted_steps(const params_t& p, int64_t slot, int b) {
-    const int n = buffered_steps<op::accept, K, L>(p.cursors.cursor[slot]);
-    int a = p.spec.accepted[b];
-    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
-    return n + (a < 0 ? 0 : (a > L - n ? L - n : a));
+  /// s.w[d][j] = (B_j . C_d) dt_j for d < nd, j < m where on(d, j) holds (else 0): F pairs per
+  /// warp at a time, each lane summing its columns of all F, then one transposing reduction
+  /// (F - 1 + log2(32 / F) shuffles for F dot products instead of 5 F). Call from all threads.
+  template <int F, class On>
+  REPLAYSSM_DEVICE void replay_dots(int nd, int m, On on) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int total = nd * m;
+    for (int p0 = warp * F; p0 < total; p0 += (NT / 32) * F) {
+      float acc[F];
+#pragma unroll
+      for (int i = 0; i < F; ++i) {
+        const int p = p0 + i, d = p / m, j = p % m;
+        float a = 0.f;
+        if (p < total && on(d, j))
+          for (int c = lane * 4; c < N; c += 128) {
+            const float4 x = *reinterpret_cast<const float4*>(&s.B[j][c]);
+            const float4 y = *reinterpret_cast<const float4*>(&s.C[d][c]);
+            a = fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, fmaf(x.w, y.w, a))));
+          }
+        acc[i] = a;
+      }
+      using sum = transpose_sum<F, 32>;
+      sum::run(acc);
+      const int p = p0 + sum::index(lane);
+      if (sum::leader(lane) && p < total) s.w[p / m][p % m] = acc[0] * s.dt[p % m];
+    }
   }
 
   /// Replay output of the first m staged steps against the state tile, for the step whose C
-  /// vector is `C` (shared memory): s.y[r] = exp(sum A dt) (h_c C)[r] + sum_j exp(L_j) dt_j
+  /// vector is s.C[0]: s.y[0][r] = exp(sum A dt) (h_c C)[r] + sum_j exp(L_j) dt_j
   /// (B_j . C) x_j[r] for the threads r < TR (D and z not applied). Call from all threads.
-  /// Masked: only the steps j < n0 and the drafts n0 + k with bit k of `mask` set take part
-  /// (a token tree's path); the others count as absent.
-  template <bool Masked = false>
-  REPLAYSSM_DEVICE void replay_rows(const tile_t& tile, const float* C, int m, float A, int n0 = 0,
-                                    uint32_t mask = 0) {
-    auto on = [&](int j) { return !Masked || j < n0 || ((mask >> (j - n0)) & 1u); };
+  REPLAYSSM_DEVICE void replay_rows(const tile_t& tile, int m, float A) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int j = warp; j < m; j += NT / 32) {
+    for (int j = warp; j < m; j += NT / 32) {  // (replay_dots spills here at 64 registers)
       float d = 0.f;
-      for (int c = lane; c < N; c += 32) d = fmaf(s.B[j][c], C[c], d);
+      for (int c = lane; c < N; c += 32) d = fmaf(s.B[j][c], s.C[0][c], d);
       d = warp_sum(d);
-      if (lane == 0) s.w[j] = on(j) ? d * s.dt[j] : 0.f;
+      if (lane == 0) s.w[0][j] = d * s.dt[j];
     }
     __syncthreads();
     if (warp == 0) {
@@ -103,23 +129,23 @@ struct mamba2_agent {
       float carry = 0.f;
       for (int base = ((m - 1) / 32) * 32; base >= 0; base -= 32) {
         const int j = base + lane;
-        const float la = (j < m && on(j)) ? A * s.dt[j] : 0.f;
+        const float la = j < m ? A * s.dt[j] : 0.f;
         float incl = la;  // sum over i >= j within this chunk
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
           const float o = __shfl_down_sync(0xffffffffu, incl, off);
           if (lane + off < 32) incl += o;
         }
-        if (j < m) s.w[j] *= expf(incl - la + carry);
+        if (j < m) s.w[0][j] *= expf(incl - la + carry);
         carry += __shfl_sync(0xffffffffu, incl, 0);
       }
-      if (lane == 0) s.decay = expf(carry);
+      if (lane == 0) s.decay[0] = expf(carry);
     }
-    tile.contract(C, s.y, nullptr);  // its barrier also publishes w and decay
+    tile.contract(s.C[0], s.y[0], nullptr);  // its barrier also publishes w and decay
     if (threadIdx.x < TR) {
-      float y = s.decay * s.y[threadIdx.x];
-      for (int j = 0; j < m; ++j) y = fmaf(s.w[j], s.x[j][threadIdx.x], y);
-      s.y[threadIdx.x] = y;
+      float y = s.decay[0] * s.y[0][threadIdx.x];
+      for (int j = 0; j < m; ++j) y = fmaf(s.w[0][j], s.x[j][threadIdx.x], y);
+      s.y[0][threadIdx.x] = y;
     }
   }
 
@@ -142,17 +168,16 @@ struct mamba2_agent {
         b_cur = to_float(p.in.B[bg + threadIdx.x]);
         c_cur = to_float(p.in.C[cg + threadIdx.x]);
       }
-      if (threadIdx.x < TR)
+      if (threadIdx.x < TR) {
         x_cur =
             to_float(p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x]);
+      }
       dt_cur = to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
       if (p.weights.dt_bias) dt_cur += p.weights.dt_bias[h];
       if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
     }
     const float A = p.weights.A[h];
-    const int n = (Op == op::eager)    ? 0
-                  : (Op == op::accept) ? accepted_steps(p, slot, b)
-                                       : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
+    const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
@@ -176,7 +201,13 @@ struct mamba2_agent {
     __syncthreads();
 
     if (commit) {
-      for (int j = 0; j < m; ++j) tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
+      auto fold = [&](int j) { tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]); };
+      if (Op == op::decode && m == K) {  // the usual window: unrolled
+#pragma unroll
+        for (int j = 0; j < K; ++j) fold(j);
+      } else {
+        for (int j = 0; j < m; ++j) fold(j);
+      }
       if (Op == op::materialize) {
         tile.store(
             other.data + b * other.slot_stride + h * other.head_stride + row0 * other.row_stride,
@@ -184,9 +215,9 @@ struct mamba2_agent {
         return;
       }
       tile.store(ckpt, p.state.row_stride);
-      if (has_current) tile.contract(s.C[0], s.y, nullptr);
+      if (has_current) tile.contract(s.C[0], s.y[0], nullptr);
     } else {
-      replay_rows(tile, s.C[0], m, A);
+      replay_rows(tile, m, A);
       // Append the current step to the buffer (the inputs exactly as given).
       // (Converting back to T is exact: the values came from T.)
       if (threadIdx.x < TR)
@@ -200,117 +231,164 @@ struct mamba2_agent {
 
     if (has_current && threadIdx.x < TR) {
       const int r = threadIdx.x;
-      float y = s.y[r];
+      float y = s.y[0][r];
       if (p.weights.D) y = fmaf(p.weights.D[h], x_cur, y);
       if (p.in.z)
         y *= silu(to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + r]));
       p.in.out[b * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + r] = from_float<T>(y);
     }
-    if (Op == op::decode || Op == op::flush || Op == op::accept)
+    if (Op == op::decode || Op == op::flush)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
                             commit ? 0 : n + 1);
   }
 
-  /// op::compact: moves row b's accepted path (accepted_nodes, root side first) from buffer
-  /// positions n + node to n + k, so the kept drafts are the buffer's tail. Positions only move
-  /// down (a path's drafts increase), and each block moves only what it alone writes.
-  REPLAYSSM_DEVICE void compact(const params_t& p, int b, int h, int t, int64_t slot) {
+  /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block
+  /// alone writes: its rows of x, dt (tile 0) and the group's B (the group's first head, tile 0).
+  REPLAYSSM_DEVICE void move_step(const params_t& p, int h, int t, int64_t slot, int from, int to) {
     const int H = p.nheads;
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
-    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
-    int a = p.spec.accepted[b];
-    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // as accept
-    a = a < 0 ? 0 : (a > MaxDraft ? MaxDraft : (a > L - n ? L - n : a));
-    for (int k = 0; k < a; ++k) {
-      const int node = p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
-      if (node == k || node < k || node >= L - n) continue;  // in place, or malformed
-      const int64_t from = buf_step(slot, n + node), to = buf_step(slot, n + k);
-      for (int i = threadIdx.x; i < TR; i += NT)
-        p.buffer.x[(to * H + h) * P + row0 + i] = p.buffer.x[(from * H + h) * P + row0 + i];
-      if (t == 0) {
-        if (threadIdx.x == 0) p.buffer.dt[to * H + h] = p.buffer.dt[from * H + h];
-        if (h % (H / p.ngroups) == 0)
-          for (int i = threadIdx.x; i < N; i += NT)
-            p.buffer.B[(to * p.ngroups + g) * N + i] = p.buffer.B[(from * p.ngroups + g) * N + i];
+    const int64_t f = buf_step(slot, from), d = buf_step(slot, to);
+    for (int i = threadIdx.x; i < TR; i += NT)
+      p.buffer.x[(d * H + h) * P + row0 + i] = p.buffer.x[(f * H + h) * P + row0 + i];
+    if (t == 0) {
+      if (threadIdx.x == 0) p.buffer.dt[d * H + h] = p.buffer.dt[f * H + h];
+      if (h % (H / p.ngroups) == 0)
+        for (int i = threadIdx.x; i < N; i += NT)
+          p.buffer.B[(d * p.ngroups + g) * N + i] = p.buffer.B[(f * p.ngroups + g) * N + i];
+    }
+  }
+
+  /// Row b's nd draft steps (input rows b * MaxDraft + d) in registers: B, C, this block's rows
+  /// of x and (verify, with z) of the gate, dt. `load` requests them all; `store` waits once.
+  struct draft_rows {
+    strided_rows<MaxDraft, N, NT, T> B, C;
+    strided_rows<MaxDraft, TR, NT, T> x, z;
+    float dt = 0.f;
+    REPLAYSSM_DEVICE void load(const params_t& p, int b, int h, int g, int row0, int nd) {
+      const int64_t r0 = int64_t(b) * MaxDraft;
+      B.load(p.in.B + r0 * p.in.B_batch_stride + g * p.in.B_group_stride, p.in.B_batch_stride, nd);
+      C.load(p.in.C + r0 * p.in.C_batch_stride + g * p.in.C_group_stride, p.in.C_batch_stride, nd);
+      x.load(p.in.x + r0 * p.in.x_batch_stride + h * p.in.x_head_stride + row0, p.in.x_batch_stride,
+             nd);
+      if (Op == op::verify && p.in.z)
+        z.load(p.in.z + r0 * p.in.z_batch_stride + h * p.in.z_head_stride + row0,
+               p.in.z_batch_stride, nd);
+      if (int(threadIdx.x) < nd)
+        dt = to_float(p.in.dt[(r0 + threadIdx.x) * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
+    }
+    /// Stages the drafts at positions n..n+nd-1 (B, x, dt after bias and softplus), each draft's
+    /// C in s.C[d] and its gate rows in s.z[d].
+    REPLAYSSM_DEVICE void store(shared_storage& s, const params_t& p, int h, int n, int nd) const {
+      B.store(s.B + n, nd);
+      C.store(s.C, nd);
+      x.store(s.x + n, nd);
+      if (Op == op::verify && p.in.z) z.store(s.z, nd);
+      if (int(threadIdx.x) < nd) {
+        float d = dt;
+        if (p.weights.dt_bias) d += p.weights.dt_bias[h];
+        if (p.weights.dt_softplus) d = softplus(d);
+        s.dt[n + threadIdx.x] = d;
       }
-      __syncthreads();  // this move lands before a later one could read near it
     }
-  }
+  };
 
-  /// Stages row b's nd draft steps (input rows b * MaxDraft + d) at positions n..n+nd-1: B, this
-  /// block's rows of x, dt after bias and softplus, and each draft's C in s.C[d].
-  REPLAYSSM_DEVICE void stage_drafts(const params_t& p, int b, int h, int g, int row0, int n,
-                                     int nd) {
-    for (int i = threadIdx.x; i < nd * N; i += NT) {
-      const int64_t r = int64_t(b) * MaxDraft + i / N;
-      s.B[n + i / N][i % N] =
-          to_float(p.in.B[r * p.in.B_batch_stride + g * p.in.B_group_stride + i % N]);
-      s.C[i / N][i % N] =
-          to_float(p.in.C[r * p.in.C_batch_stride + g * p.in.C_group_stride + i % N]);
+  /// The outputs of the nd drafts staged at positions base..base+nd-1, all from one pass over
+  /// the state tile: draft d's output uses the steps j < base and the drafts on its path
+  /// (s.path[d]; masked-out steps neither contribute nor decay the others). Writes output rows
+  /// b * MaxDraft + d. Call from all threads after the staging barrier.
+  REPLAYSSM_DEVICE void draft_outputs(const params_t& p, int b, int h, int row0, const tile_t& tile,
+                                      int base, int nd, float A) {
+    const float D = p.weights.D ? p.weights.D[h] : 0.f;
+    const int m = base + nd;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    auto on = [&](int d, int j) { return j < base || ((s.path[d] >> (j - base)) & 1u); };
+    replay_dots<4>(nd, m, on);         // w[d][j] = (B_j . C_d) dt_j on draft d's path
+    tile.contract_many(s.C, s.y, nd);  // its barrier also publishes w
+    for (int d = warp; d < nd; d += NT / 32) {
+      // w[d][j] *= exp(sum_{i > j on the path} A dt_i), by a suffix scan, 32 steps at a time.
+      float carry = 0.f;
+      for (int c0 = ((m - 1) / 32) * 32; c0 >= 0; c0 -= 32) {
+        const int j = c0 + lane;
+        const float la = (j < m && on(d, j)) ? A * s.dt[j] : 0.f;
+        float incl = la;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const float o = __shfl_down_sync(0xffffffffu, incl, off);
+          if (lane + off < 32) incl += o;
+        }
+        if (j < m) s.w[d][j] *= expf(incl - la + carry);
+        carry += __shfl_sync(0xffffffffu, incl, 0);
+      }
+      if (lane == 0) s.decay[d] = expf(carry);
     }
+    __syncthreads();
     for (int i = threadIdx.x; i < nd * TR; i += NT) {
-      const int64_t r = int64_t(b) * MaxDraft + i / TR;
-      s.x[n + i / TR][i % TR] =
-          to_float(p.in.x[r * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + i % TR]);
-    }
-    if (int(threadIdx.x) < nd) {
-      const int64_t r = int64_t(b) * MaxDraft + threadIdx.x;
-      float dt = to_float(p.in.dt[r * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
-      if (p.weights.dt_bias) dt += p.weights.dt_bias[h];
-      if (p.weights.dt_softplus) dt = softplus(dt);
-      s.dt[n + threadIdx.x] = dt;
+      const int d = i / TR, r = i % TR;
+      float y = s.decay[d] * s.y[d][r];
+      for (int j = 0; j < m; ++j) y = fmaf(s.w[d][j], s.x[j][r], y);
+      const int64_t row = int64_t(b) * MaxDraft + d;
+      if (p.weights.D) y = fmaf(D, s.x[base + d][r], y);
+      if (p.in.z) y *= silu(s.z[d][r]);
+      p.in.out[row * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + r] =
+          from_float<T>(y);
     }
   }
 
-  /// op::verify: the outputs of row b's draft steps t < num_draft[b] (input rows
-  /// b * MaxDraft + t), each from the checkpoint, the buffered steps and the drafts on its path
-  /// (0..t for chains), with one read of the checkpoint and no state write; the drafts are appended
-  /// to the buffer after the cursor, which does not move (op::accept moves it).
+  /// op::verify: the outputs of row b's draft steps d < num_draft[b] (input rows
+  /// b * MaxDraft + d), each from the checkpoint, the buffered steps and the drafts on its path
+  /// (0..d for chains), with one read of the checkpoint; the drafts are appended to the buffer
+  /// after the buffered steps. A window of K or more steps (left by accept) is folded into the
+  /// checkpoint first, in the same pass over the state: the cursor then holds folded_cursor(n)
+  /// until accept moves the accepted drafts to the front. Otherwise the cursor does not move.
   REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int h, int t, int64_t slot,
-                                       const tile_t& tile) {
+                                       tile_t& tile) {
     const int H = p.nheads;
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
     const float A = p.weights.A[h];
-    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
     int nd = p.spec.num_draft[b];
     nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    draft_rows drafts;  // requested before the cursor-dependent loads
+    drafts.load(p, b, h, g, row0, nd);
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    const bool fold = n >= K;
+    if (nd > L - n) nd = L - n;     // only a corrupt cursor gets here: stay inside the buffer
+    const int base = fold ? 0 : n;  // where draft 0 is staged
     stage_rows<S, N, NT>(s.B, p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N,
                          int64_t(p.ngroups) * N, n);
     stage_rows<S, TR, NT>(s.x, p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0, int64_t(H) * P,
                           n);
     if (int(threadIdx.x) < n) s.dt[threadIdx.x] = p.buffer.dt[buf_step(slot, threadIdx.x) * H + h];
-    stage_drafts(p, b, h, g, row0, n, nd);
+    if (!fold) drafts.store(s, p, h, n, nd);
     if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
     __syncthreads();
-    for (int d = 0; d < nd; ++d) {
-      replay_rows<true>(tile, s.C[d], n + d + 1, A, n, s.path[d]);
-      if (threadIdx.x < TR) {
-        const int64_t r = int64_t(b) * MaxDraft + d;
-        const float x = s.x[n + d][threadIdx.x];
-        float y = s.y[threadIdx.x];
-        if (p.weights.D) y = fmaf(p.weights.D[h], x, y);
-        if (p.in.z)
-          y *= silu(to_float(
-              p.in.z[r * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + threadIdx.x]));
-        p.in.out[r * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + threadIdx.x] =
-            from_float<T>(y);
-      }
-      __syncthreads();  // the next draft reuses w, y and decay
+    if (fold) {
+      for (int j = 0; j < n; ++j) tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
+      tile.store(tile_ptr(p.state, slot, h, t), p.state.row_stride);
+      __syncthreads();   // the drafts are staged over the folded steps
+      draft_rows again;  // requested again: holding them across the fold costs registers
+      again.load(p, b, h, g, row0, nd);
+      again.store(s, p, h, 0, nd);
+      __syncthreads();
     }
-    // Append the drafts after the cursor (exactly as given: the conversions back are exact).
+    draft_outputs(p, b, h, row0, tile, base, nd, A);
+    // Append the drafts after the buffered (or folded) steps, exactly as given (the conversions
+    // back are exact). Nothing this launch reads lives there.
     for (int i = threadIdx.x; i < nd * TR; i += NT)
       p.buffer.x[(buf_step(slot, n + i / TR) * H + h) * P + row0 + i % TR] =
-          from_float<T>(s.x[n + i / TR][i % TR]);
+          from_float<T>(s.x[base + i / TR][i % TR]);
     if (t == 0) {
       if (int(threadIdx.x) < nd)
-        p.buffer.dt[buf_step(slot, n + threadIdx.x) * H + h] = s.dt[n + threadIdx.x];
+        p.buffer.dt[buf_step(slot, n + threadIdx.x) * H + h] = s.dt[base + threadIdx.x];
       if (h % (H / p.ngroups) == 0)
         for (int i = threadIdx.x; i < nd * N; i += NT)
           p.buffer.B[(buf_step(slot, n + i / N) * p.ngroups + g) * N + i % N] =
-              from_float<T>(s.B[n + i / N][i % N]);
+              from_float<T>(s.B[base + i / N][i % N]);
     }
+    if (fold)
+      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
+                            uint32_t(H) * tiles_per_head, folded_cursor(n));
   }
 
   /// op::eager_draft, the baseline speculative round of eager engines: reads the state once, then
@@ -324,7 +402,11 @@ struct mamba2_agent {
     const float A = p.weights.A[h];
     int nd = p.spec.num_draft[b];
     nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
-    stage_drafts(p, b, h, g, row0, 0, nd);
+    {
+      draft_rows drafts;
+      drafts.load(p, b, h, g, row0, nd);
+      drafts.store(s, p, h, 0, nd);
+    }
     __syncthreads();
     for (int d = 0; d < nd; ++d) {
       const int64_t r = int64_t(b) * MaxDraft + d;
@@ -332,9 +414,9 @@ struct mamba2_agent {
       tile.store(other.data + r * other.slot_stride + h * other.head_stride +
                      int64_t(row0) * other.row_stride,
                  other.row_stride);
-      tile.contract(s.C[d], s.y, nullptr);
+      tile.contract(s.C[d], s.y[0], nullptr);
       if (threadIdx.x < TR) {
-        float y = s.y[threadIdx.x];
+        float y = s.y[0][threadIdx.x];
         if (p.weights.D) y = fmaf(p.weights.D[h], s.x[d][threadIdx.x], y);
         if (p.in.z)
           y *= silu(to_float(

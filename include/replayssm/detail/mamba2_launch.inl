@@ -67,7 +67,7 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
   constexpr bool needs_step =
       (Op == op::eager || Op == op::decode || Op == op::verify || Op == op::eager_draft);
   constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
-                                 Op == op::verify || Op == op::accept || Op == op::compact);
+                                 Op == op::verify || Op == op::accept);
   constexpr int rows_per_row = (Op == op::verify || Op == op::eager_draft) ? MaxDraft : 1;
   if (auto r = validate_mamba2(p, needs_step, needs_buffer, Op != op::load, rows_per_row); !r)
     return r;
@@ -88,9 +88,6 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
     return fail(status::null_pointer, Op == op::verify
                                           ? "mamba2: spec.num_draft is null (verify_step)"
                                           : "mamba2: spec.num_draft is null (eager_draft_step)");
-  if (Op == op::compact && (p.spec.accepted == nullptr || p.spec.accepted_nodes == nullptr))
-    return fail(status::null_pointer,
-                "mamba2: spec.accepted and spec.accepted_nodes are required (accept_tree)");
   if (Op == op::accept && p.spec.accepted == nullptr)
     return fail(status::null_pointer, "mamba2: spec.accepted is null (accept)");
   return launch_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
@@ -128,15 +125,16 @@ result eager_draft_step(const mamba2_params<Policy>& p, const state_pool_ref& in
 template <int MaxDraft, class Policy>
 result accept_tree(const mamba2_params<Policy>& p, cudaStream_t stream) {
   static_assert(MaxDraft >= 1, "accept_tree: MaxDraft must be at least 1");
-  if (auto r =
-          detail::launch_mamba2<Policy, detail::op::compact, MaxDraft>(p, state_pool_ref{}, stream);
-      !r)
-    return r;
-  return detail::launch_mamba2<Policy, detail::op::accept>(p, state_pool_ref{}, stream);
+  if (p.spec.accepted_nodes == nullptr)
+    return detail::fail(status::null_pointer,
+                        "mamba2: spec.accepted_nodes is required (accept_tree)");
+  return detail::launch_mamba2<Policy, detail::op::accept, MaxDraft>(p, state_pool_ref{}, stream);
 }
 template <class Policy>
 result accept(const mamba2_params<Policy>& p, cudaStream_t stream) {
-  return detail::launch_mamba2<Policy, detail::op::accept>(p, state_pool_ref{}, stream);
+  auto chain = p;  // chains keep drafts in order: accepted_nodes is not read
+  chain.spec.accepted_nodes = nullptr;
+  return detail::launch_mamba2<Policy, detail::op::accept>(chain, state_pool_ref{}, stream);
 }
 template <class Policy>
 result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {

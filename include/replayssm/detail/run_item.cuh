@@ -23,6 +23,33 @@ REPLAYSSM_HD uint32_t draft_path(const spec_ref& spec, int b, int d) {
   return mask;
 }
 
+/// op::accept for work item (b, h, t): keeps row b's accepted drafts. They are moved to the
+/// buffer's tail (positions n, n + 1, ...) from where the verification put them (its cursor
+/// tells: after the buffered steps, or after the window it folded) along the accepted path
+/// (`accepted_nodes`, trees) or in order (chains, `accepted_nodes` null); then cursor = n +
+/// accepted. Sources always lie at or after their destinations and each block moves only what
+/// it alone writes, so the moves need no ordering between blocks. No state traffic.
+template <class Agent>
+REPLAYSSM_DEVICE void accept_item(Agent& agent, const typename Agent::params_t& p, int b, int h,
+                                  int t, int64_t slot) {
+  constexpr int K = Agent::policy::commit_interval, L = Agent::policy::buffer_len;
+  constexpr int MaxDraft = Agent::max_draft;
+  const int32_t c = p.cursors.cursor[slot];
+  const int n = buffered_steps<op::accept, K, L>(c), off = draft_offset<L>(c);
+  int a = p.spec.accepted[b];
+  if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
+  if (p.spec.accepted_nodes && a > MaxDraft) a = MaxDraft;
+  a = a < 0 ? 0 : (a > L - off ? L - off : a);
+  for (int k = 0; k < a; ++k) {
+    const int node = p.spec.accepted_nodes ? p.spec.accepted_nodes[int64_t(b) * MaxDraft + k] : k;
+    if (node < k || off + node >= L || off + node == n + k) continue;  // malformed, or in place
+    agent.move_step(p, h, t, slot, off + node, n + k);
+    __syncthreads();  // this move lands before a later one could read near it
+  }
+  arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
+                        uint32_t(Agent::heads(p)) * Agent::tiles_per_head, n + a);
+}
+
 template <class Agent>
 REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, int b, int h, int t,
                                const state_pool_ref& other) {
@@ -36,17 +63,9 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
     if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
     return;
   }
-  if constexpr (Op == op::compact) {
-    agent.compact(p, b, h, t, slot);
+  if constexpr (Op == op::accept) {
+    accept_item(agent, p, b, h, t, slot);
     return;
-  }
-  if constexpr (Op == op::accept) {  // no state traffic unless the window fills
-    const int n = Agent::accepted_steps(p, slot, b);
-    if (n < Agent::policy::commit_interval) {
-      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
-                            uint32_t(Agent::heads(p)) * Agent::tiles_per_head, n);
-      return;
-    }
   }
   tile.load(Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
   if constexpr (Op == op::verify)

@@ -39,6 +39,44 @@ REPLAYSSM_DEVICE float warp_sum(float v) {
   return v;
 }
 
+/// Sums each of F values over a group of `Lanes` lanes (a power of two, aligned within the warp)
+/// by halving: at every level a lane keeps half of its values and sends the other half, so the
+/// group needs F - 1 + log2(Lanes / F) shuffles instead of F log2(Lanes). Afterwards lane l holds
+/// the full sum of value `index(l)` in a[0], as do all lanes with the same `index`; the first of
+/// them is `leader(l)`. F <= Lanes, both powers of two.
+template <int F, int Lanes>
+struct transpose_sum {
+  static_assert(F >= 1 && Lanes <= 32 && (F & (F - 1)) == 0 && (Lanes & (Lanes - 1)) == 0 &&
+                    F <= Lanes,
+                "transpose_sum: F and Lanes must be powers of two with F <= Lanes <= 32");
+  static constexpr int levels = F >= 32 ? 5 : F >= 16 ? 4 : F >= 8 ? 3 : F >= 4 ? 2 : F >= 2;
+  REPLAYSSM_DEVICE static int index(int lane) {
+    int r = 0;
+#pragma unroll
+    for (int s = 0; s < levels; ++s)
+      if (lane & (Lanes >> (s + 1))) r += F >> (s + 1);
+    return r;
+  }
+  REPLAYSSM_DEVICE static bool leader(int lane) { return (lane % (Lanes / F)) == 0; }
+  REPLAYSSM_DEVICE static void run(float (&a)[F]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int s = 0; s < levels; ++s) {
+      const int o = Lanes >> (s + 1);
+      const bool upper = (lane & o) != 0;
+#pragma unroll
+      for (int i = 0; i < (F >> (s + 1)); ++i) {
+        const int h = F >> (s + 1);
+        const float send = upper ? a[i] : a[i + h];
+        const float keep = upper ? a[i + h] : a[i];
+        a[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+      }
+    }
+#pragma unroll
+    for (int o = Lanes / (2 * F); o >= 1; o >>= 1) a[0] += __shfl_xor_sync(0xffffffffu, a[0], o);
+  }
+};
+
 // State traffic streams through L2 once per step: load and store it evict-first so that the
 // small, shared inputs (B, k) stay cached.
 REPLAYSSM_DEVICE float4 load_state4(const float* p) {
@@ -84,22 +122,42 @@ struct keep_major_tile {
 #pragma unroll
     for (int r = 0; r < frags; ++r) store_state4(base + row(r) * row_stride + col(), v[r]);
   }
-  /// out[i] = sum_j s(i, j) vec[j]; vec and out in shared memory. Ends with a block barrier.
-  REPLAYSSM_DEVICE void contract(const float* vec, float* out, float* /*scratch*/) const {
+  /// out[i] = sum_j s(i, j) vec[j] for this thread's rows, reduced over the lanes of each row
+  /// (no barrier).
+  REPLAYSSM_DEVICE void contract_rows(const float* vec, float* out) const {
     const float4 c = *reinterpret_cast<const float4*>(vec + col());
     float acc[frags];
 #pragma unroll
     for (int r = 0; r < frags; ++r)
       acc[r] = fmaf(v[r].x, c.x, fmaf(v[r].y, c.y, fmaf(v[r].z, c.z, v[r].w * c.w)));
+    if constexpr (frags <= lanes_per_row && (frags & (frags - 1)) == 0) {
+      using sum = transpose_sum<frags, lanes_per_row>;
+      sum::run(acc);
+      const int l = lane() % lanes_per_row;
+      if (sum::leader(l)) out[row(sum::index(l))] = acc[0];
+    } else {
 #pragma unroll
-    for (int off = lanes_per_row / 2; off > 0; off >>= 1) {
+      for (int off = lanes_per_row / 2; off > 0; off >>= 1) {
 #pragma unroll
-      for (int r = 0; r < frags; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+        for (int r = 0; r < frags; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+      }
+      if (lane() % lanes_per_row == 0) {
+#pragma unroll
+        for (int r = 0; r < frags; ++r) out[row(r)] = acc[r];
+      }
     }
-    if (lane() % lanes_per_row == 0) {
-#pragma unroll
-      for (int r = 0; r < frags; ++r) out[row(r)] = acc[r];
-    }
+  }
+  /// out[i] = sum_j s(i, j) vec[j]; vec and out in shared memory. Ends with a block barrier.
+  REPLAYSSM_DEVICE void contract(const float* vec, float* out, float* /*scratch*/) const {
+    contract_rows(vec, out);
+    __syncthreads();
+  }
+  /// outs[d][i] = sum_j s(i, j) vecs[d][j] for d < count, one block barrier at the end; vecs
+  /// and outs in shared memory.
+  template <int M>
+  REPLAYSSM_DEVICE void contract_many(const float (&vecs)[M][Red], float (&outs)[M][Keep],
+                                      int count) const {
+    for (int d = 0; d < count; ++d) contract_rows(vecs[d], outs[d]);
     __syncthreads();
   }
   /// s(i, j) = a * s(i, j) + coef * keep[i] * red[j]; red and keep in shared memory.
@@ -231,6 +289,36 @@ REPLAYSSM_DEVICE void stage_rows(float (*dst)[W], const T* src, int64_t stride, 
     }
   }
 }
+
+/// Rows [0, n) (n <= MaxRows) of a strided matrix of T in global memory (row j at
+/// `src + j * stride`, W contiguous elements, any alignment), held in registers between `load`
+/// and `store` so that a block can request several such matrices before waiting for any: one
+/// memory latency for all of them, not one per row.
+template <int MaxRows, int W, int NT, class T>
+struct strided_rows {
+  static constexpr int iters = (MaxRows * W + NT - 1) / NT;
+  T v[iters];
+  int n = 0;
+  REPLAYSSM_DEVICE void load(const T* src, int64_t stride, int rows) {
+    n = rows;
+#pragma unroll
+    for (int it = 0; it < iters; ++it) {
+      const int i = threadIdx.x + it * NT;
+      if (i < n * W) v[it] = src[(i / W) * stride + i % W];
+    }
+  }
+  /// dst[j][c] = row j's element c as float, for j < min(rows, n).
+  template <int Rows>
+  REPLAYSSM_DEVICE void store(float (*dst)[Rows], int rows) const {
+    static_assert(Rows == W, "strided_rows: destination rows must be W wide");
+    const int m = rows < n ? rows : n;
+#pragma unroll
+    for (int it = 0; it < iters; ++it) {
+      const int i = threadIdx.x + it * NT;
+      if (i < m * W) dst[i / W][i % W] = to_float(v[it]);
+    }
+  }
+};
 
 // Asynchronous 16-byte global -> shared copies (sm_80+), for the pipelined kernels.
 REPLAYSSM_DEVICE void cp_async16(void* smem, const void* gmem) {
