@@ -70,7 +70,26 @@ struct spec_ref {
   const int32_t* accepted_nodes = nullptr;
 };
 
+/// @brief Branching: several sequences (branches, each with its own slot: buffer and cursor) that
+/// share one checkpoint, as in beam or tree search and agents exploring alternatives.
+///
+/// With `ckpt_of`, slot s reads its checkpoint from pool slot `ckpt_of[s]` (a device array the
+/// kernels keep current); `fork` makes a branch by copying a slot's buffer and cursor and pointing
+/// the new slot at the same checkpoint, with no state traffic. A commit (in decode_step, commit
+/// or a verification's fold) of batch row b writes its new checkpoint to pool slot
+/// `write_idx[b]` and sets `ckpt_of[slot] = write_idx[b]`, so a shared checkpoint is never
+/// written: give each committing branch a free pool slot (for example its own slot, once no other
+/// branch reads the checkpoint there). Without `write_idx`, commits write in place, to the slot
+/// the checkpoint was read from. All null (the default): slot s's checkpoint is pool slot s.
+/// `load_state` writes `write_idx[b]` (or slot s) and points `ckpt_of[s]` at it.
+struct branch_ref {
+  int32_t* ckpt_of = nullptr;          ///< device array `[num_slots]`, or null: the identity
+  const int32_t* write_idx = nullptr;  ///< device array `[batch]`, or null: commit in place
+  const int32_t* fork_src = nullptr;   ///< fork only: device array `[batch]`, the source slots
+};
+
 static_assert(std::is_trivially_copyable<spec_ref>::value, "views must be trivially copyable");
+static_assert(std::is_trivially_copyable<branch_ref>::value, "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<state_pool_ref>::value,
               "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<batch_ref>::value, "views must be trivially copyable");

@@ -76,6 +76,7 @@ struct gdn_params {
   gdn_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                 ///< replay only
   spec_ref spec;                      ///< speculative rounds only (verify_step, accept)
+  branch_ref branch;  ///< branching only (shared checkpoints, fork); all null otherwise
 };
 
 /// @brief Eager step: read, update and write each row's state; write the output.
@@ -115,6 +116,15 @@ result accept(const gdn_params<Policy>& p, cudaStream_t stream);
 /// drafts, root side first) as the buffer's tail. One launch, no host round trip.
 template <int MaxDraft, class Policy>
 result accept_tree(const gdn_params<Policy>& p, cudaStream_t stream);
+/// @brief Branching: makes the slot of each batch row b a branch of slot `branch.fork_src[b]`:
+/// copies its buffered steps and cursor and points `branch.ckpt_of` of the new slot at the same
+/// checkpoint. No state is read or written. Needs `branch.ckpt_of` (and passing it to every
+/// later launch on these slots, with `branch.write_idx` wherever a branch may commit while
+/// others still read its checkpoint). Destination slots must differ from all sources; fork after
+/// accept, not between a verification and its accept.
+template <class Policy>
+result fork(const gdn_params<Policy>& p, cudaStream_t stream);
+
 /// @brief Host checks the launchers run first (see validate_mamba2).
 template <class Policy>
 result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buffer,

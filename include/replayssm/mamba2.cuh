@@ -79,6 +79,7 @@ struct mamba2_params {
   mamba2_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                    ///< replay only
   spec_ref spec;                         ///< speculative rounds only (verify_step, accept)
+  branch_ref branch;  ///< branching only (shared checkpoints, fork); all null otherwise
 };
 
 /// @brief Eager step: read each row's state, apply the step, write the state and the output.
@@ -144,6 +145,15 @@ result accept(const mamba2_params<Policy>& p, cudaStream_t stream);
 /// host round trip. Verify the tree with `verify_step<MaxDraft>` and `spec.parent` set.
 template <int MaxDraft, class Policy>
 result accept_tree(const mamba2_params<Policy>& p, cudaStream_t stream);
+
+/// @brief Branching: makes the slot of each batch row b a branch of slot `branch.fork_src[b]`:
+/// copies its buffered steps and cursor and points `branch.ckpt_of` of the new slot at the same
+/// checkpoint. No state is read or written. Needs `branch.ckpt_of` (and passing it to every
+/// later launch on these slots, with `branch.write_idx` wherever a branch may commit while
+/// others still read its checkpoint). Destination slots must differ from all sources; fork after
+/// accept, not between a verification and its accept.
+template <class Policy>
+result fork(const mamba2_params<Policy>& p, cudaStream_t stream);
 
 /// @brief Host checks the launchers run first: shapes against the policy, pointers, alignment,
 /// strides. `needs_step`: the step inputs are read; `needs_buffer`: buffer and cursors are used;

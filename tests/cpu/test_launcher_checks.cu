@@ -247,6 +247,25 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     r = verify_step<8>(p, nullptr);
     CHECK(r.code == status::bad_stride);
   }
+  SECTION("branching launches need their maps") {
+    auto p = valid_mamba2();
+    p.branch.write_idx = fake_i;  // commits elsewhere, but nothing records where
+    result r = decode_step(p, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "branch.ckpt_of"));
+    p.branch = {};
+    r = fork(p, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "fork_src"));
+    p.branch.ckpt_of = fake_i;
+    r = fork(p, nullptr);
+    CHECK(r.code == status::null_pointer);
+    p.cursors.cursor = nullptr;  // fork copies cursors: they are required
+    p.branch.fork_src = fake_i;
+    r = fork(p, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "cursor"));
+  }
   SECTION("an empty batch is a successful no-op") {
     auto p = valid_mamba2();
     p.rows.batch = 0;

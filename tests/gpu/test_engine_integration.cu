@@ -167,6 +167,104 @@ void run_prefix_roundtrip(Case& c, std::mt19937_64& rng) {
   }
 }
 
+/// Branching (issue 6): one sequence decodes a few steps, is forked into three branches that
+/// share its checkpoint (fork copies buffer and cursor only), and each branch then decodes its own
+/// inputs for `steps` steps, committing into a pool slot of its own (branch.write_idx). Every
+/// output follows the float64 reference of its branch, each branch's final state (materialize)
+/// matches, and the shared checkpoint stays bit-identical throughout.
+template <class Case>
+void run_branches(Case& c, int steps, std::mt19937_64& rng) {
+  const int nb = 3, num_slots = 8;
+  c.allocate(nb, num_slots, rng);
+  rtest::case_launches<Case> launch{c};
+  const size_t out_n = c.out_row_elems();
+  const double tol = rtest::default_run_config<typename Case::T>().tol;
+  rtest::dev_array<int32_t> ckpt_of(num_slots), branch_slots(nb), write_idx(nb), src(nb);
+  {
+    std::vector<int32_t> id(num_slots);
+    std::iota(id.begin(), id.end(), 0);
+    ckpt_of.upload(id);
+  }
+  // Slots 0..2 hold the branches; pool slots 3..5 take their commits; slot 0's checkpoint
+  // (pool slot 0) is the shared one.
+  branch_slots.upload({0, 1, 2});
+  write_idx.upload({3, 4, 5});
+  src.upload({0, 0, 0});
+  auto params = [&](int rows) {
+    auto p = c.params(c.pool_r.ptr, branch_slots.ptr, rows, -1, c.out_r.ptr);
+    p.branch.ckpt_of = ckpt_of.ptr;
+    return p;
+  };
+  auto root = c.random_state(rng);
+  {
+    rtest::dev_array<float> init(c.state_elems());
+    init.upload(c.to_device_layout(root));
+    RTEST_OK(load_state(params(1), c.rows_pool(init.ptr, 1), 0));
+  }
+  std::vector<double> y;
+  const int prefix = Case::commit_interval / 2 + 1;  // buffered steps the branches inherit
+  for (int t = 0; t < prefix; ++t) {
+    const auto s = c.random_step(rng);
+    c.set_row(0, s);
+    c.upload_inputs();
+    RTEST_OK(decode_step(params(1), 0));
+    c.ref_step(root, s, y);
+  }
+  {  // slots 1 and 2 become branches of slot 0 (rows 1, 2 of the batch: fork_src 0)
+    auto p = params(nb);
+    p.branch.fork_src = src.ptr;
+    p.rows.slot_idx = branch_slots.ptr + 1;
+    p.rows.batch = nb - 1;
+    RTEST_OK(fork(p, 0));
+  }
+  RTEST_CUDA(cudaDeviceSynchronize());
+  const size_t shared_bytes = c.state_elems() * sizeof(float);
+  std::vector<unsigned char> shared(shared_bytes), now(shared_bytes);
+  RTEST_CUDA(cudaMemcpy(shared.data(), c.pool_r.ptr, shared_bytes, cudaMemcpyDeviceToHost));
+  std::vector<typename Case::ref_state> ref(nb, root);
+  auto p = params(nb);
+  p.branch.write_idx = write_idx.ptr;
+  double worst = 0;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<typename Case::step_t> in(nb);
+    for (int b = 0; b < nb; ++b) c.set_row(b, in[b] = c.random_step(rng));
+    c.upload_inputs();
+    c.out_r.poison();
+    RTEST_OK(decode_step(p, 0));
+    const auto out = c.out_r.download();
+    for (int b = 0; b < nb; ++b) {
+      c.ref_step(ref[b], in[b], y);
+      const auto got = rtest::output_row(out, b, out_n);
+      rtest::rel_err e;
+      for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[i]);
+      worst = std::max(worst, e.value());
+      INFO("step " << t << " branch " << b);
+      REQUIRE(e.value() < tol);
+    }
+    RTEST_CUDA(cudaMemcpy(now.data(), c.pool_r.ptr, shared_bytes, cudaMemcpyDeviceToHost));
+    INFO("step " << t);
+    REQUIRE(now == shared);  // the shared checkpoint is never written
+  }
+  const auto where = ckpt_of.download();
+  for (int b = 0; b < nb; ++b) {
+    INFO("branch " << b << " reads its checkpoint from pool slot " << where[b]);
+    REQUIRE(where[b] == (steps + prefix >= Case::commit_interval ? 3 + b : 0));
+  }
+  rtest::dev_array<float> dest(size_t(nb) * c.state_elems());
+  auto pm = params(nb);
+  RTEST_OK(materialize(pm, c.rows_pool(dest.ptr, nb), 0));
+  const auto h = dest.download();
+  for (int b = 0; b < nb; ++b) {
+    const auto st = c.from_device_layout(h.data() + b * c.state_elems());
+    rtest::rel_err e;
+    for (size_t i = 0; i < st.size(); ++i) e.add(st[i], ref[b][i]);
+    INFO("branch " << b << " final state vs float64");
+    REQUIRE(e.value() < 2e-5);
+  }
+  std::printf("[branches %s] %d steps after the fork, max rel err %.2e\n", typeid(Case).name(),
+              steps, worst);
+}
+
 using m2 = replay_policy<rules::mamba2<64, 128, float>, 16, 16>;
 using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 16, 16>;
 using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 16, 8>;
@@ -185,6 +283,26 @@ TEST_CASE("a captured decode step replays 1000 times as sequences join and leave
   SECTION("gated deltanet 2 k heads, 4 v heads") {
     rtest::gdn_case<gdn> c(2, 4);
     run_graph_decode(c, replays, rng);
+  }
+}
+
+TEST_CASE("branches forked from one sequence share its checkpoint and never write it",
+          "[gpu][branch]") {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int steps = std::getenv("REPLAYSSM_TEST_STEPS") ? 40 : 1000;
+  SECTION("mamba2") {
+    rtest::mamba2_case<m2> c(16, 2, true);
+    run_branches(c, steps, rng);
+  }
+  SECTION("gated deltanet kv") {
+    rtest::gdn_case<gdn> c(2, 4);
+    run_branches(c, steps, rng);
+  }
+  SECTION("gated deltanet vk") {
+    rtest::gdn_case<gdn_vk> c(2, 4);
+    run_branches(c, steps, rng);
   }
 }
 

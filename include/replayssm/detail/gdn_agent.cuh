@@ -18,7 +18,7 @@ struct gdn_tile_for<Rule, Tile, Threads, state_layout::vk> {
 };
 
 /// One block works on `Policy::tile` columns of V of one value head of one batch row.
-template <class Policy, op Op, int MaxDraft = 1>
+template <class Policy, op Op, int MaxDraft = 1, bool Branch = false>
 struct gdn_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
@@ -32,6 +32,7 @@ struct gdn_agent {
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
   static constexpr int max_draft = MaxDraft;
+  static constexpr bool branching = Branch;  ///< checkpoints through branch_ref (run_item.cuh)
   static constexpr int min_blocks_per_sm =
       0;  ///< no bound: the state tile alone takes 128 registers
   // Steps staged at once: the buffered steps (up to L), plus the current one for decode.
@@ -146,12 +147,12 @@ struct gdn_agent {
   /// The rest of work item (b, hv, t) once its state tile is in registers (or requested).
   /// Requested first: the current step; then the buffer rows in one wave.
   REPLAYSSM_DEVICE void process(const params_t& p, int b, int hv, int t, int64_t slot, tile_t& tile,
-                                const state_pool_ref& other) {
+                                const state_pool_ref& other, ckpt_slots ck) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
     const uint32_t blocks_per_slot = uint32_t(Hv) * (VD / VT);
-    float* ckpt = tile_ptr(p.state, slot, hv, t);
+    float* ckpt = tile_ptr(p.state, ck.wr, hv, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float q_cur = 0.f, k_cur = 0.f, v_cur = 0.f, g_cur = 0.f, beta_cur = 0.f;
     if (has_current) {
@@ -277,18 +278,19 @@ struct gdn_agent {
           from_float<T>(s.o[threadIdx.x]);
     if (Op == op::decode || Op == op::flush)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
-                            commit ? 0 : n + 1);
+                            commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
+                            commit ? ck.wr : ck.rd);
   }
 
   /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block
   /// alone writes: its columns of v, g and beta (tile 0), the k-head's k and factor (its first
   /// value head, tile 0).
-  REPLAYSSM_DEVICE void move_step(const params_t& p, int hv, int t, int64_t slot, int from,
-                                  int to) {
+  REPLAYSSM_DEVICE void move_step(const params_t& p, int hv, int t, int64_t from_slot, int from,
+                                  int64_t to_slot, int to) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
-    const int64_t f = buf_step(slot, from), d = buf_step(slot, to);
+    const int64_t f = buf_step(from_slot, from), d = buf_step(to_slot, to);
     for (int i = threadIdx.x; i < VT; i += NT)
       p.buffer.v[(d * Hv + hv) * VD + v0 + i] = p.buffer.v[(f * Hv + hv) * VD + v0 + i];
     if (t == 0 && threadIdx.x == 0) {
@@ -360,7 +362,7 @@ struct gdn_agent {
   /// the state: the cursor then holds folded_cursor(n) until accept moves the accepted drafts to
   /// the front. Otherwise the cursor does not move.
   REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int hv, int t, int64_t slot,
-                                       tile_t& tile) {
+                                       tile_t& tile, ckpt_slots ck) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
@@ -391,7 +393,7 @@ struct gdn_agent {
       for (int i = threadIdx.x; i < n * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
       __syncthreads();
       fold(tile, n);
-      tile.store(tile_ptr(p.state, slot, hv, t), p.state.row_stride);
+      tile.store(tile_ptr(p.state, ck.wr, hv, t), p.state.row_stride);
       __syncthreads();  // the drafts are staged over the folded steps
       draft_rows drafts;
       drafts.load(p, b, hv, hk, v0, nd);
@@ -437,7 +439,8 @@ struct gdn_agent {
     }
     if (fold_window)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
-                            uint32_t(Hv) * tiles_per_head, folded_cursor(n));
+                            uint32_t(Hv) * tiles_per_head, folded_cursor(n),
+                            Branch ? p.branch.ckpt_of : nullptr, ck.wr);
   }
 
   /// op::eager_draft, the baseline speculative round of eager engines (see mamba2_agent).

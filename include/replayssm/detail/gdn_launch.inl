@@ -76,7 +76,7 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
   constexpr bool needs_step =
       (Op == op::eager || Op == op::decode || Op == op::verify || Op == op::eager_draft);
   constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
-                                 Op == op::verify || Op == op::accept);
+                                 Op == op::verify || Op == op::accept || Op == op::fork);
   constexpr int rows_per_row = (Op == op::verify || Op == op::eager_draft) ? MaxDraft : 1;
   if (auto r = validate_gdn(p, needs_step, needs_buffer, rows_per_row); !r) return r;
   if (Op == op::load || Op == op::materialize || Op == op::eager_draft) {
@@ -100,7 +100,22 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
                                  : "gated_deltanet: spec.num_draft is null (eager_draft_step)");
   if (Op == op::accept && p.spec.accepted == nullptr)
     return fail(status::null_pointer, "gated_deltanet: spec.accepted is null (accept)");
-  return launch_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
+  if constexpr (branchable(Op)) {
+    if (p.branch.write_idx && !p.branch.ckpt_of)
+      return fail(
+          status::null_pointer,
+          "gated_deltanet: branch.write_idx needs branch.ckpt_of (where each slot's checkpoint "
+          "is, kept current by the kernels)");
+    if (Op == op::fork && (!p.branch.ckpt_of || !p.branch.fork_src))
+      return fail(status::null_pointer,
+                  "gated_deltanet: fork needs branch.ckpt_of and branch.fork_src");
+    if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
+      return launch_items<gdn_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
+  }
+  if constexpr (Op != op::fork)
+    return launch_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
+  else
+    return ok();  // (not reached: fork always branches)
 }
 }  // namespace detail
 
@@ -144,6 +159,10 @@ result accept(const gdn_params<Policy>& p, cudaStream_t stream) {
   auto chain = p;  // chains keep drafts in order: accepted_nodes is not read
   chain.spec.accepted_nodes = nullptr;
   return detail::launch_gdn<Policy, detail::op::accept>(chain, state_pool_ref{}, stream);
+}
+template <class Policy>
+result fork(const gdn_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_gdn<Policy, detail::op::fork>(p, state_pool_ref{}, stream);
 }
 template <class Policy>
 result load_state(const gdn_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {

@@ -60,7 +60,7 @@ REPLAYSSM_KERNEL void __launch_bounds__(Agent::policy::block_threads)
     if (slot != p.rows.null_slot) {
       tile_t tile;
       tile_load_from<tile_t, NT>(tile, stages + stage * tile_t::frags * NT);
-      Agent{smem}.process(p, b, h, t, slot, tile, other);
+      Agent{smem}.process(p, b, h, t, slot, tile, other, ckpt_slots{slot, slot});
     }
     __syncthreads();  // the next item reuses the agent's shared storage
     stage = (stage + 1) % Z;
@@ -76,7 +76,8 @@ result launch_items(const typename Agent::params_t& p, const state_pool_ref& oth
   using policy = typename Agent::policy;
   if (p.rows.batch == 0) return ok();
   const dim3 grid(unsigned(Agent::heads(p)) * Agent::tiles_per_head, unsigned(p.rows.batch));
-  if constexpr (policy::pipeline_stages >= 2 && (Op == op::eager || Op == op::decode)) {
+  if constexpr (policy::pipeline_stages >= 2 && !Agent::branching &&
+                (Op == op::eager || Op == op::decode)) {
     const size_t smem = size_t(policy::pipeline_stages) * Agent::tile_t::frags *
                         policy::block_threads * sizeof(float4);
     int blocks = 0;

@@ -10,7 +10,7 @@ namespace detail {
 
 /// One block works on `Policy::tile` rows of one head of one batch row. `MaxDraft`: draft steps
 /// per row of a verification launch (op::verify).
-template <class Policy, op Op, int MaxDraft = 1>
+template <class Policy, op Op, int MaxDraft = 1, bool Branch = false>
 struct mamba2_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
@@ -24,6 +24,7 @@ struct mamba2_agent {
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
   static constexpr int max_draft = MaxDraft;
+  static constexpr bool branching = Branch;  ///< checkpoints through branch_ref (run_item.cuh)
   /// Resident blocks per SM the registers must allow (0: no bound). The replay kernels are
   /// latency-bound chains, the more blocks the more state bytes in flight: 64 registers per
   /// thread. The eager step measured faster with its own allocation (74 registers, 3 blocks).
@@ -153,12 +154,12 @@ struct mamba2_agent {
   /// loads complete at first use). Cursor-independent inputs are requested first, then the
   /// cursor-dependent buffer rows, all in one wave.
   REPLAYSSM_DEVICE void process(const params_t& p, int b, int h, int t, int64_t slot, tile_t& tile,
-                                const state_pool_ref& other) {
+                                const state_pool_ref& other, ckpt_slots ck) {
     const int H = p.nheads;
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
     const uint32_t blocks_per_slot = uint32_t(H) * (P / TR);
-    float* ckpt = tile_ptr(p.state, slot, h, t);
+    float* ckpt = tile_ptr(p.state, ck.wr, h, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float x_cur = 0.f, b_cur = 0.f, c_cur = 0.f, dt_cur = 0.f;
     if (has_current) {
@@ -239,16 +240,18 @@ struct mamba2_agent {
     }
     if (Op == op::decode || Op == op::flush)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
-                            commit ? 0 : n + 1);
+                            commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
+                            commit ? ck.wr : ck.rd);
   }
 
   /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block
   /// alone writes: its rows of x, dt (tile 0) and the group's B (the group's first head, tile 0).
-  REPLAYSSM_DEVICE void move_step(const params_t& p, int h, int t, int64_t slot, int from, int to) {
+  REPLAYSSM_DEVICE void move_step(const params_t& p, int h, int t, int64_t from_slot, int from,
+                                  int64_t to_slot, int to) {
     const int H = p.nheads;
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
-    const int64_t f = buf_step(slot, from), d = buf_step(slot, to);
+    const int64_t f = buf_step(from_slot, from), d = buf_step(to_slot, to);
     for (int i = threadIdx.x; i < TR; i += NT)
       p.buffer.x[(d * H + h) * P + row0 + i] = p.buffer.x[(f * H + h) * P + row0 + i];
     if (t == 0) {
@@ -342,7 +345,7 @@ struct mamba2_agent {
   /// checkpoint first, in the same pass over the state: the cursor then holds folded_cursor(n)
   /// until accept moves the accepted drafts to the front. Otherwise the cursor does not move.
   REPLAYSSM_DEVICE void process_verify(const params_t& p, int b, int h, int t, int64_t slot,
-                                       tile_t& tile) {
+                                       tile_t& tile, ckpt_slots ck) {
     const int H = p.nheads;
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
@@ -365,7 +368,7 @@ struct mamba2_agent {
     __syncthreads();
     if (fold) {
       for (int j = 0; j < n; ++j) tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
-      tile.store(tile_ptr(p.state, slot, h, t), p.state.row_stride);
+      tile.store(tile_ptr(p.state, ck.wr, h, t), p.state.row_stride);
       __syncthreads();   // the drafts are staged over the folded steps
       draft_rows again;  // requested again: holding them across the fold costs registers
       again.load(p, b, h, g, row0, nd);
@@ -388,7 +391,8 @@ struct mamba2_agent {
     }
     if (fold)
       arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
-                            uint32_t(H) * tiles_per_head, folded_cursor(n));
+                            uint32_t(H) * tiles_per_head, folded_cursor(n),
+                            Branch ? p.branch.ckpt_of : nullptr, ck.wr);
   }
 
   /// op::eager_draft, the baseline speculative round of eager engines: reads the state once, then

@@ -67,9 +67,11 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
   constexpr bool needs_step =
       (Op == op::eager || Op == op::decode || Op == op::verify || Op == op::eager_draft);
   constexpr bool needs_buffer = (Op == op::decode || Op == op::flush || Op == op::materialize ||
-                                 Op == op::verify || Op == op::accept);
+                                 Op == op::verify || Op == op::accept || Op == op::fork);
   constexpr int rows_per_row = (Op == op::verify || Op == op::eager_draft) ? MaxDraft : 1;
-  if (auto r = validate_mamba2(p, needs_step, needs_buffer, Op != op::load, rows_per_row); !r)
+  if (auto r = validate_mamba2(p, needs_step, needs_buffer, Op != op::load && Op != op::fork,
+                               rows_per_row);
+      !r)
     return r;
   if (Op == op::load || Op == op::materialize || Op == op::eager_draft) {
     if (auto r = check_pool(other, p.nheads, Policy::rule::headdim, Policy::rule::dstate,
@@ -90,7 +92,20 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
                                           : "mamba2: spec.num_draft is null (eager_draft_step)");
   if (Op == op::accept && p.spec.accepted == nullptr)
     return fail(status::null_pointer, "mamba2: spec.accepted is null (accept)");
-  return launch_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
+  if constexpr (branchable(Op)) {
+    if (p.branch.write_idx && !p.branch.ckpt_of)
+      return fail(status::null_pointer,
+                  "mamba2: branch.write_idx needs branch.ckpt_of (where each slot's checkpoint "
+                  "is, kept current by the kernels)");
+    if (Op == op::fork && (!p.branch.ckpt_of || !p.branch.fork_src))
+      return fail(status::null_pointer, "mamba2: fork needs branch.ckpt_of and branch.fork_src");
+    if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
+      return launch_items<mamba2_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
+  }
+  if constexpr (Op != op::fork)
+    return launch_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
+  else
+    return ok();  // (not reached: fork always branches)
 }
 }  // namespace detail
 
@@ -135,6 +150,10 @@ result accept(const mamba2_params<Policy>& p, cudaStream_t stream) {
   auto chain = p;  // chains keep drafts in order: accepted_nodes is not read
   chain.spec.accepted_nodes = nullptr;
   return detail::launch_mamba2<Policy, detail::op::accept>(chain, state_pool_ref{}, stream);
+}
+template <class Policy>
+result fork(const mamba2_params<Policy>& p, cudaStream_t stream) {
+  return detail::launch_mamba2<Policy, detail::op::fork>(p, state_pool_ref{}, stream);
 }
 template <class Policy>
 result load_state(const mamba2_params<Policy>& p, const state_pool_ref& src, cudaStream_t stream) {

@@ -17,6 +17,19 @@ enum class op : int {
   accept,       // speculative: keep the accepted drafts (moved to the buffer's tail when the
                 // verification folded its window or the drafts form a tree); no state traffic
   eager_draft,  // the eager engines' speculative round: one intermediate state written per draft
+  fork,         // branching: copy a slot's buffer and cursor to another slot sharing its checkpoint
+};
+
+/// The ops that read or write a slot's checkpoint through branch_ref when the engine branches.
+constexpr bool branchable(op o) {
+  return o == op::decode || o == op::flush || o == op::materialize || o == op::verify ||
+         o == op::load || o == op::fork;
+}
+
+/// The checkpoint a work item reads (rd) and the pool slot a commit writes (wr): both the
+/// item's slot unless the engine branches (branch_ref).
+struct ckpt_slots {
+  int64_t rd, wr;
 };
 
 /// A verification that folded a window of n steps into the checkpoint leaves `-1 - n` in the

@@ -43,11 +43,29 @@ REPLAYSSM_DEVICE void accept_item(Agent& agent, const typename Agent::params_t& 
   for (int k = 0; k < a; ++k) {
     const int node = p.spec.accepted_nodes ? p.spec.accepted_nodes[int64_t(b) * MaxDraft + k] : k;
     if (node < k || off + node >= L || off + node == n + k) continue;  // malformed, or in place
-    agent.move_step(p, h, t, slot, off + node, n + k);
+    agent.move_step(p, h, t, slot, off + node, slot, n + k);
     __syncthreads();  // this move lands before a later one could read near it
   }
   arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
                         uint32_t(Agent::heads(p)) * Agent::tiles_per_head, n + a);
+}
+
+/// op::fork for work item (b, h, t): slot `dst` becomes a branch of slot `branch.fork_src[b]`:
+/// its buffered steps and cursor are copied (each block copies what it alone writes) and it reads
+/// the same checkpoint. Fork after accept, not between a verification and its accept (drafts
+/// are not copied). No state traffic.
+template <class Agent>
+REPLAYSSM_DEVICE void fork_item(Agent& agent, const typename Agent::params_t& p, int b, int h,
+                                int t, int64_t dst) {
+  constexpr int K = Agent::policy::commit_interval, L = Agent::policy::buffer_len;
+  const int64_t src = p.branch.fork_src[b];
+  if (src < 0 || src >= p.state.num_slots || src == dst) return;  // (all blocks of the row)
+  const int n = buffered_steps<op::flush, K, L>(p.cursors.cursor[src]);
+  const int32_t ckpt = p.branch.ckpt_of[src];
+  for (int j = 0; j < n; ++j) agent.move_step(p, h, t, src, j, dst, j);
+  arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, dst,
+                        uint32_t(Agent::heads(p)) * Agent::tiles_per_head, n, p.branch.ckpt_of,
+                        ckpt);
 }
 
 template <class Agent>
@@ -56,24 +74,38 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
   constexpr op Op = Agent::operation;
   const int64_t slot = Agent::slot_of(p, b);
   if (slot == p.rows.null_slot) return;
+  ckpt_slots ck{slot, slot};
+  if constexpr (Agent::branching) {  // the checkpoint lives in other pool slots (branch_ref)
+    if (Op != op::load && Op != op::fork) ck.rd = p.branch.ckpt_of[slot];
+    ck.wr = p.branch.write_idx ? p.branch.write_idx[b] : ck.rd;
+    // A corrupt index touches nothing (all blocks of the row agree, so no arrival is missing).
+    if (ck.rd < 0 || ck.rd >= p.state.num_slots || ck.wr < 0 || ck.wr >= p.state.num_slots) return;
+  }
   typename Agent::tile_t tile;
   if constexpr (Op == op::load) {
     tile.load(Agent::tile_ptr(other, b, h, t), other.row_stride);
-    tile.store(Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
-    if (h == 0 && t == 0 && threadIdx.x == 0) p.cursors.cursor[slot] = 0;
+    tile.store(Agent::tile_ptr(p.state, ck.wr, h, t), p.state.row_stride);
+    if (h == 0 && t == 0 && threadIdx.x == 0) {
+      p.cursors.cursor[slot] = 0;
+      if constexpr (Agent::branching) p.branch.ckpt_of[slot] = int32_t(ck.wr);
+    }
     return;
   }
   if constexpr (Op == op::accept) {
     accept_item(agent, p, b, h, t, slot);
     return;
   }
-  tile.load(Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
+  if constexpr (Op == op::fork) {
+    fork_item(agent, p, b, h, t, slot);
+    return;
+  }
+  tile.load(Agent::tile_ptr(p.state, ck.rd, h, t), p.state.row_stride);
   if constexpr (Op == op::verify)
-    agent.process_verify(p, b, h, t, slot, tile);
+    agent.process_verify(p, b, h, t, slot, tile, ck);
   else if constexpr (Op == op::eager_draft)
     agent.process_eager_draft(p, b, h, t, tile, other);
   else
-    agent.process(p, b, h, t, slot, tile, other);
+    agent.process(p, b, h, t, slot, tile, other, ck);
 }
 
 }  // namespace detail

@@ -246,14 +246,17 @@ struct reduce_major_tile {
 /// (the barrier orders all its threads' uses before the arrival), so no block can see the new
 /// value in the same launch. No fence is needed: nothing else this launch writes is read by
 /// another block of the same launch. Call from all threads.
+/// With `ckpt_of` (branching), the last block also records where the slot's checkpoint now is.
 REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals, int64_t slot,
-                                            uint32_t blocks_per_slot, int32_t new_cursor) {
+                                            uint32_t blocks_per_slot, int32_t new_cursor,
+                                            int32_t* ckpt_of = nullptr, int64_t new_ckpt = 0) {
   __syncthreads();
   if (threadIdx.x == 0) {
     const uint32_t prev = atomicAdd(arrivals + slot, 1u);
     if (prev == blocks_per_slot - 1) {
       arrivals[slot] = 0u;
       cursor[slot] = new_cursor;
+      if (ckpt_of) ckpt_of[slot] = int32_t(new_ckpt);
     }
   }
 }
