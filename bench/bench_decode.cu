@@ -35,21 +35,26 @@ const char* mode_name(mode m) {
   return "?";
 }
 
-/// Bytes per row per step that a kernel of `m` must move at commit interval K.
+/// Bytes per row per step that a kernel of `m` must move at commit interval K. Output steps read
+/// the serving copy (the checkpoint itself unless the policy is a pair); a commit reads and writes
+/// the master, and a pair's commit also rewrites the copy (and has read it: decode loads the copy
+/// before it knows the row commits).
 template <class Setup>
-double bytes_per_row(const Setup& s, mode m, int K) {
-  const double S = s.state_bytes(), bs = s.step_buffer_bytes(), io = s.io_bytes();
+double bytes_per_row(const Setup& s, mode m, int K, bool pair) {
+  const double S = s.state_bytes(), Sc = s.serving_bytes(), bs = s.step_buffer_bytes();
+  const double io = s.io_bytes();
+  const double fold = pair ? 2 * S + 2 * Sc : 2 * S;  // state bytes of a committing step
   const int n_replay = K / 2;  // the replay-step case runs with K/2 buffered steps
   switch (m) {
     case mode::eager:
       return 2 * S + io;
     case mode::replay:
-      return S + n_replay * bs + bs + io;
+      return Sc + n_replay * bs + bs + io;
     case mode::commit:
-      return 2 * S + (K - 1) * bs + io;
+      return fold + (K - 1) * bs + io;
     case mode::window: {
-      double total = 2 * S + (K - 1) * bs + io;                       // the committing step
-      for (int n = 0; n < K - 1; ++n) total += S + n * bs + bs + io;  // the others
+      double total = fold + (K - 1) * bs + io;                         // the committing step
+      for (int n = 0; n < K - 1; ++n) total += Sc + n * bs + bs + io;  // the others
       return total / K;
     }
   }
@@ -72,9 +77,9 @@ void run_case(benchmark::State& state, Setup& s, mode m) {
   };
   auto launch = [&](int set) {
     const auto p = s.params(set);
-    if (m == mode::eager)
-      RBENCH_CHECK(eager_step(p, stream));
-    else
+    if (m == mode::eager) {
+      if constexpr (!policy::has_serving_copy) RBENCH_CHECK(eager_step(p, stream));
+    } else
       RBENCH_CHECK(decode_step(p, stream));
   };
   for (int w = 0; w < 3; ++w) {  // warm-up
@@ -95,7 +100,7 @@ void run_case(benchmark::State& state, Setup& s, mode m) {
       state.SetIterationTime(timer.end());
     }
   }
-  const double bytes = bytes_per_row(s, m, K) * s.batch;
+  const double bytes = bytes_per_row(s, m, K, policy::has_serving_copy) * s.batch;
   state.SetBytesProcessed(int64_t(bytes * state.iterations()));
   state.counters["bytes_per_step"] = bytes;
   state.counters["batch"] = s.batch;
@@ -182,6 +187,12 @@ using m2pipe = m2var<K, 64, 256, 3>;
 template <int K>
 using gdnpipe = gdnvar<K, 64, 128, 3>;
 
+// Precision schemes (issue 5), K = 16: a single low-precision checkpoint and the pairs.
+template <class Pr>
+using m2prec = replay_policy<rules::mamba2<64, 128, T>, 16, 16, Pr>;
+template <class Pr>
+using gdnprec = replay_policy<rules::gated_deltanet<128, 128, T>, 16, 16, Pr>;
+
 const std::vector<int64_t> kBatches{1, 8, 64, 256, 512};
 const mode kModes[] = {mode::eager, mode::replay, mode::commit, mode::window};
 
@@ -261,6 +272,37 @@ void register_all() {
   sweep("sweep/gdn/K8", bm_gdn<gdnpol<8>>, 64, 16);
   sweep("sweep/gdn/K16", bm_gdn<gdnpol<16>>, 64, 16);
   sweep("sweep/gdn/K32", bm_gdn<gdnpol<32>>, 64, 16);
+  // Precision schemes at batch 256, K = 16 (names: precision/<rule>/<shape>/<scheme>/<mode>);
+  // the fp32 rows of the same run are the suite's. Pairs have no eager step.
+  auto prec = [](const std::string& name, auto m2fn, auto gdnfn, bool pair) {
+    for (mode m : kModes) {
+      if (pair && m == mode::eager) continue;
+      for (auto hg : std::vector<std::pair<int, int>>{{128, 8}, {80, 1}})
+        benchmark::RegisterBenchmark(("precision/mamba2/H" + std::to_string(hg.first) + "_G" +
+                                      std::to_string(hg.second) + "/" + name + "/" + mode_name(m))
+                                         .c_str(),
+                                     m2fn)
+            ->Args({hg.first, hg.second, 256, int64_t(m)})
+            ->ArgNames({"H", "G", "batch", "mode"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      for (int hv : {64, 32})
+        benchmark::RegisterBenchmark(
+            ("precision/gdn/Hv" + std::to_string(hv) + "_Hk16/" + name + "/" + mode_name(m))
+                .c_str(),
+            gdnfn)
+            ->Args({hv, 16, 256, int64_t(m)})
+            ->ArgNames({"Hv", "Hk", "batch", "mode"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+    }
+  };
+  prec("bf16", bm_mamba2<m2prec<precision::bf16>>, bm_gdn<gdnprec<precision::bf16>>, false);
+  prec("fp16", bm_mamba2<m2prec<precision::fp16>>, bm_gdn<gdnprec<precision::fp16>>, false);
+  prec("fp32_bf16", bm_mamba2<m2prec<precision::fp32_bf16>>, bm_gdn<gdnprec<precision::fp32_bf16>>,
+       true);
+  prec("fp32_fp16", bm_mamba2<m2prec<precision::fp32_fp16>>, bm_gdn<gdnprec<precision::fp32_fp16>>,
+       true);
   for (auto [name, fn] : {std::pair{"sweep_pipe/mamba2/K4", &bm_mamba2<m2pipe<4>>},
                           std::pair{"sweep_pipe/mamba2/K8", &bm_mamba2<m2pipe<8>>},
                           std::pair{"sweep_pipe/mamba2/K16", &bm_mamba2<m2pipe<16>>}})

@@ -34,7 +34,9 @@ struct mamba2_setup {
   static constexpr int P = Policy::rule::headdim, N = Policy::rule::dstate, L = Policy::buffer_len;
   int H, G, batch;
   rotation rot;
-  dev_array<float> pool, A, dt_bias, D, bdt;
+  dev_array<typename Policy::master_type> pool;      // checkpoints (masters of a pair)
+  dev_array<typename Policy::serving_type> serving;  // pairs: the serving copies
+  dev_array<float> A, dt_bias, D, bdt;
   dev_array<T> x, dt, B, C, z, out, bx, bB;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
@@ -45,6 +47,7 @@ struct mamba2_setup {
         batch(b),
         rot(b, rbench::rotation_sets(size_t(b) * h * P * N * 4)),
         pool(size_t(rot.num_slots()) * h * P * N),
+        serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * h * P * N : 0),
         A(h),
         dt_bias(h),
         D(h),
@@ -60,6 +63,7 @@ struct mamba2_setup {
         cursor(rot.num_slots()),
         arrivals(rot.num_slots()) {
     rbench::fill_random(pool, 1, -0.5f, 0.5f);
+    rbench::fill_random(serving, 1, -0.5f, 0.5f);
     rbench::fill_random(A, 2, -8.f, -0.05f);
     rbench::fill_random(dt_bias, 3, -1.f, 1.f);
     rbench::fill_random(D, 4, 0.5f, 1.5f);
@@ -101,12 +105,20 @@ struct mamba2_setup {
     p.in.out_head_stride = P;
     p.rows = {rot.set(set), -1, batch};
     p.state = {pool.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
+    if constexpr (Policy::has_serving_copy)
+      p.serving = {serving.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
   }
-  // Bytes one row must move: state, one buffered step, the step's own inputs and output.
-  double state_bytes() const { return 4.0 * state_elems(); }
+  // Bytes one row must move: state (the checkpoint, or a pair's master; the copy output steps
+  // read), one buffered step, the step's own inputs and output.
+  double state_bytes() const {
+    return double(sizeof(typename Policy::master_type)) * state_elems();
+  }
+  double serving_bytes() const {
+    return double(sizeof(typename Policy::serving_type)) * state_elems();
+  }
   double step_buffer_bytes() const { return sizeof(T) * (H * P + G * N) + 4.0 * H; }
   double io_bytes() const { return sizeof(T) * (3.0 * H * P + H + 2.0 * G * N); }
 };
@@ -117,7 +129,9 @@ struct gdn_setup {
   static constexpr int L = Policy::buffer_len;
   int H, G, batch;  // H = num_v_heads, G = num_k_heads
   rotation rot;
-  dev_array<float> pool, g, beta, bks, bg, bbeta;
+  dev_array<typename Policy::master_type> pool;
+  dev_array<typename Policy::serving_type> serving;
+  dev_array<float> g, beta, bks, bg, bbeta;
   dev_array<T> q, k, v, out, bk, bv;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
@@ -128,6 +142,7 @@ struct gdn_setup {
         batch(b),
         rot(b, rbench::rotation_sets(size_t(b) * hv * KD * VD * 4)),
         pool(size_t(rot.num_slots()) * hv * KD * VD),
+        serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * hv * KD * VD : 0),
         g(size_t(b) * in_rows * hv),
         beta(size_t(b) * in_rows * hv),
         bks(size_t(rot.num_slots()) * L * hk),
@@ -142,6 +157,7 @@ struct gdn_setup {
         cursor(rot.num_slots()),
         arrivals(rot.num_slots()) {
     rbench::fill_random(pool, 21, -0.3f, 0.3f);
+    rbench::fill_random(serving, 21, -0.3f, 0.3f);
     rbench::fill_random(g, 22, -3.f, -0.01f);
     rbench::fill_random(beta, 23, 0.05f, 0.95f);
     rbench::fill_random(bks, 24, 0.05f, 0.2f);
@@ -179,11 +195,18 @@ struct gdn_setup {
     p.in.out_head_stride = VD;
     p.rows = {rot.set(set), -1, batch};
     p.state = {pool.ptr, int64_t(state_elems()), int64_t(KD) * VD, VD, rot.num_slots()};
+    if constexpr (Policy::has_serving_copy)
+      p.serving = {serving.ptr, int64_t(state_elems()), int64_t(KD) * VD, VD, rot.num_slots()};
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
   }
-  double state_bytes() const { return 4.0 * state_elems(); }
+  double state_bytes() const {
+    return double(sizeof(typename Policy::master_type)) * state_elems();
+  }
+  double serving_bytes() const {
+    return double(sizeof(typename Policy::serving_type)) * state_elems();
+  }
   double step_buffer_bytes() const { return sizeof(T) * (G * KD + H * VD) + 4.0 * (G + 2 * H); }
   double io_bytes() const { return sizeof(T) * (2.0 * G * KD + 2.0 * H * VD) + 8.0 * H; }
 };

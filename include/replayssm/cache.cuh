@@ -9,21 +9,26 @@
 
 namespace replayssm {
 
-/// @brief A pool of fp32 state tiles, one per slot, in the engine's memory.
+/// @brief A pool of state tiles of type T (fp32, or bf16/fp16 for low-precision checkpoints and
+/// serving copies), one per slot, in the engine's memory.
 ///
 /// Element (slot, head, row, col) lives at
 /// `data[slot * slot_stride + head * head_stride + row * row_stride + col]` (strides in elements,
 /// the last dimension contiguous). Mamba-2 rows are headdim and columns dstate (`[slots, H, P,
 /// N]`); Gated DeltaNet rows and columns follow the rule's @ref state_layout.
-/// @note `data` must be 16-byte aligned and every stride a multiple of 4 elements, so that rows
-///       load as float4.
-struct state_pool_ref {
-  float* data = nullptr;    ///< base of the pool
+/// @note `data` must be aligned to 4 elements (16 bytes for fp32, 8 for 16-bit types) and every
+///       stride a multiple of 4 elements, so that rows load 4 elements at a time.
+template <class T>
+struct basic_pool_ref {
+  T* data = nullptr;        ///< base of the pool
   int64_t slot_stride = 0;  ///< elements between slots
   int64_t head_stride = 0;  ///< elements between heads
   int64_t row_stride = 0;   ///< elements between rows of one head
   int32_t num_slots = 0;    ///< number of slots in the pool
 };
+/// The fp32 pool: checkpoints of fp32 policies and masters of pairs, and every caller buffer
+/// (materialize, load_state, eager_draft_step).
+using state_pool_ref = basic_pool_ref<float>;
 
 /// @brief Which slot each batch row uses.
 ///
@@ -90,7 +95,8 @@ struct branch_ref {
 
 static_assert(std::is_trivially_copyable<spec_ref>::value, "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<branch_ref>::value, "views must be trivially copyable");
-static_assert(std::is_trivially_copyable<state_pool_ref>::value,
+static_assert(std::is_trivially_copyable<state_pool_ref>::value &&
+                  std::is_trivially_copyable<basic_pool_ref<uint16_t>>::value,
               "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<batch_ref>::value, "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<cursor_ref>::value, "views must be trivially copyable");

@@ -72,11 +72,16 @@ struct gdn_params {
   float scale = 0.f;          ///< q scale; 0 means head_k_dim^-1/2
   gdn_inputs<input_type> in;  ///< the step (eager, decode)
   batch_ref rows;             ///< batch row -> slot
-  state_pool_ref state;       ///< checkpoint pool (replay) or state pool (eager)
+  /// Checkpoint pool (replay) or state pool (eager), of the policy's master type (fp32, or bf16 /
+  /// fp16 for a single low-precision checkpoint).
+  basic_pool_ref<typename Policy::master_type> state;
   gdn_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                 ///< replay only
   spec_ref spec;                      ///< speculative rounds only (verify_step, accept)
   branch_ref branch;  ///< branching only (shared checkpoints, fork); all null otherwise
+  /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`): the serving copy of every checkpoint, same
+  /// shape as `state`; output steps read it, commits rewrite it from the master.
+  basic_pool_ref<typename Policy::serving_type> serving;
 };
 
 /// @brief Eager step: read, update and write each row's state; write the output.

@@ -73,13 +73,18 @@ struct mamba2_params {
   int32_t headdim = 0;     ///< must equal the policy's
   int32_t dstate = 0;      ///< must equal the policy's
   mamba2_weights weights;  ///< A, dt_bias, D
-  mamba2_inputs<input_type> in;          ///< the step (eager, decode)
-  batch_ref rows;                        ///< batch row -> slot
-  state_pool_ref state;                  ///< checkpoint pool (replay) or state pool (eager)
+  mamba2_inputs<input_type> in;  ///< the step (eager, decode)
+  batch_ref rows;                ///< batch row -> slot
+  /// Checkpoint pool (replay) or state pool (eager), of the policy's master type (fp32, or bf16 /
+  /// fp16 for a single low-precision checkpoint).
+  basic_pool_ref<typename Policy::master_type> state;
   mamba2_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                    ///< replay only
   spec_ref spec;                         ///< speculative rounds only (verify_step, accept)
   branch_ref branch;  ///< branching only (shared checkpoints, fork); all null otherwise
+  /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`): the serving copy of every checkpoint, same
+  /// shape as `state`; output steps read it, commits rewrite it from the master.
+  basic_pool_ref<typename Policy::serving_type> serving;
 };
 
 /// @brief Eager step: read each row's state, apply the step, write the state and the output.

@@ -62,12 +62,34 @@ struct gated_deltanet {
 
 namespace precision {
 /// @brief One fp32 checkpoint that serves outputs and commits alike.
-/// @note The serving-copy pairs (fp32 master + bf16/fp16/fp8/int8 copy) extend this slot.
 struct fp32 {
   using master_type = float;                       ///< checkpoint that commits read and write
   using serving_type = float;                      ///< checkpoint that output steps read
   static constexpr bool has_serving_copy = false;  ///< no separate copy: outputs read the master
 };
+/// @brief One low-precision checkpoint (`__nv_bfloat16` or `__half`) that commits read, fold in
+/// fp32 and write back rounded: what engines do today with a 16-bit state, and the contrast to
+/// the pairs. Rounding enters every commit and compounds.
+template <class T>
+struct single {
+  using master_type = T;
+  using serving_type = T;
+  static constexpr bool has_serving_copy = false;
+};
+/// @brief A pair: an fp32 master that only commits read and write, and a low-precision serving
+/// copy (`__nv_bfloat16` or `__half`) that output steps read. A commit folds into the master and
+/// regenerates the copy in the same launch, so the copy's rounding reaches outputs but never a
+/// later state.
+template <class T>
+struct pair {
+  using master_type = float;
+  using serving_type = T;
+  static constexpr bool has_serving_copy = true;
+};
+using bf16 = single<__nv_bfloat16>;     ///< one bf16 checkpoint
+using fp16 = single<__half>;            ///< one fp16 checkpoint
+using fp32_bf16 = pair<__nv_bfloat16>;  ///< fp32 master + bf16 serving copy
+using fp32_fp16 = pair<__half>;         ///< fp32 master + fp16 serving copy
 }  // namespace precision
 
 /// @brief The policy: everything ReplaySSM fixes at compile time, in one type.
@@ -76,7 +98,8 @@ struct fp32 {
 /// @tparam BufferLen L, the capacity of each slot's input buffer in steps.
 /// @tparam CommitInterval K: a decode step that fills the K-th buffered step commits the buffer
 ///         into the checkpoint in the same launch. K = 1 is eager.
-/// @tparam Precision the precision pair (only `precision::fp32` for now).
+/// @tparam Precision the checkpoint's storage: `precision::fp32`, a single low-precision
+///         checkpoint (`precision::bf16`, `fp16`) or a pair (`precision::fp32_bf16`, `fp32_fp16`).
 /// @tparam Tile rows of P (Mamba-2) or columns of V (Gated DeltaNet) handled by one block.
 /// @tparam BlockThreads threads per block (a multiple of 32).
 /// @tparam PipelineStages 0: eager and decode launch one block per work item; >= 2: persistent
@@ -93,7 +116,7 @@ struct replay_policy {
   using rule = Rule;                                      ///< the recurrence
   using input_type = typename Rule::input_type;           ///< type of step inputs and outputs
   using precision = Precision;                            ///< the precision pair
-  using master_type = typename Precision::master_type;    ///< checkpoint type
+  using master_type = typename Precision::master_type;    ///< checkpoint type (commits)
   static constexpr int buffer_len = BufferLen;            ///< L
   static constexpr int commit_interval = CommitInterval;  ///< K
   static constexpr int tile = Tile;                       ///< rows of P / columns of V per block
@@ -111,8 +134,20 @@ struct replay_policy {
                 "replay_policy: BlockThreads must be a multiple of 32 between 32 and 512.");
   static_assert(PipelineStages == 0 || (PipelineStages >= 2 && PipelineStages <= 4),
                 "replay_policy: PipelineStages must be 0 (no pipeline) or 2 to 4.");
-  static_assert(std::is_same<master_type, float>::value,
-                "replay_policy: only fp32 checkpoints are implemented so far.");
+  using serving_type = typename Precision::serving_type;                 ///< type output steps read
+  static constexpr bool has_serving_copy = Precision::has_serving_copy;  ///< a pair
+  static_assert(std::is_same<master_type, float>::value ||
+                    std::is_same<master_type, __nv_bfloat16>::value ||
+                    std::is_same<master_type, __half>::value,
+                "replay_policy: checkpoints are fp32, bf16 or fp16 (precision::fp32, bf16, fp16, "
+                "fp32_bf16, fp32_fp16).");
+  static_assert(std::is_same<serving_type, master_type>::value ||
+                    std::is_same<serving_type, __nv_bfloat16>::value ||
+                    std::is_same<serving_type, __half>::value,
+                "replay_policy: serving copies are bf16 or fp16.");
+  static_assert(PipelineStages == 0 || std::is_same<Precision, ::replayssm::precision::fp32>::value,
+                "replay_policy: the pipelined kernels (PipelineStages >= 2) stage fp32 state "
+                "only; use PipelineStages = 0 with a low-precision checkpoint.");
 };
 
 /// @brief Policy of the eager step (K = 1, no buffer) for a rule: the baseline kernels use it.

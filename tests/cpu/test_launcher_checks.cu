@@ -266,6 +266,27 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(r.code == status::null_pointer);
     CHECK(mentions(r, "cursor"));
   }
+  SECTION("precision pairs need their serving copy; 16-bit pools align to 8 bytes") {
+    using ppol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::fp32_bf16>;
+    auto p = valid_mamba2<ppol>();
+    result r = decode_step(p, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "serving"));
+    auto* fake_h = reinterpret_cast<__nv_bfloat16*>(fake_f);
+    p.serving = {fake_h + 2, 8 * 64 * 128, 64 * 128, 128, 10};  // 4 bytes off: misaligned
+    r = decode_step(p, nullptr);
+    CHECK(r.code == status::misaligned_pointer);
+    CHECK(mentions(r, "serving"));
+    p.serving.data = fake_h;
+    p.serving.num_slots = 4;
+    r = decode_step(p, nullptr);
+    CHECK(r.code == status::bad_shape);
+    CHECK(mentions(r, "fewer slots"));
+    using spol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::bf16>;
+    mamba2_params<spol> q;
+    static_assert(std::is_same<decltype(q.state.data), __nv_bfloat16*>::value,
+                  "a single bf16 checkpoint is a bf16 pool");
+  }
   SECTION("an empty batch is a successful no-op") {
     auto p = valid_mamba2();
     p.rows.batch = 0;

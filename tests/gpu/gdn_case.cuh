@@ -11,6 +11,7 @@ using namespace replayssm;
 template <class Policy>
 struct gdn_case {
   using T = typename Policy::input_type;
+  using policy_t = Policy;
   using ref_state = std::vector<double>;  // [Hv][K][V]
   using step_t = ref::gdn_step;
   static constexpr int KD = Policy::rule::head_k_dim, VD = Policy::rule::head_v_dim;
@@ -140,9 +141,11 @@ struct gdn_case {
     beta.upload(hbeta);
   }
 
-  state_pool_ref rows_pool(float* d, int rows) const {
-    return kv ? state_pool_ref{d, int64_t(state_elems()), int64_t(KD) * VD, VD, rows}
-              : state_pool_ref{d, int64_t(state_elems()), int64_t(KD) * VD, KD, rows};
+  /// Rows of `rows` states at d, in the case's layout (fp32, or S for typed checkpoints).
+  template <class S = float>
+  basic_pool_ref<S> rows_pool(S* d, int rows) const {
+    return kv ? basic_pool_ref<S>{d, int64_t(state_elems()), int64_t(KD) * VD, VD, rows}
+              : basic_pool_ref<S>{d, int64_t(state_elems()), int64_t(KD) * VD, KD, rows};
   }
   gdn_params<Policy> params(float* pool, const int32_t* slot_idx, int rows, int32_t null_slot,
                             T* out) const {
@@ -171,7 +174,9 @@ struct gdn_case {
     p.in.out_batch_stride = Hv * VD;
     p.in.out_head_stride = VD;
     p.rows = {slot_idx, null_slot, rows};
-    p.state = rows_pool(pool, num_slots);
+    // (Low-precision checkpoints: the caller points p.state at a pool of that type.)
+    if constexpr (std::is_same<typename Policy::master_type, float>::value)
+      p.state = rows_pool(pool, num_slots);
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;

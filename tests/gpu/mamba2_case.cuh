@@ -11,6 +11,7 @@ using namespace replayssm;
 template <class Policy>
 struct mamba2_case {
   using T = typename Policy::input_type;
+  using policy_t = Policy;
   using ref_state = std::vector<double>;
   using step_t = ref::mamba2_step;
   static constexpr int P = Policy::rule::headdim, N = Policy::rule::dstate;
@@ -136,7 +137,9 @@ struct mamba2_case {
     C.upload(hC);
   }
 
-  state_pool_ref rows_pool(float* d, int rows) const {
+  /// Rows of `rows` states at d, in the case's layout (fp32, or S for typed checkpoints).
+  template <class S = float>
+  basic_pool_ref<S> rows_pool(S* d, int rows) const {
     return {d, int64_t(state_elems()), int64_t(P) * N, N, rows};
   }
   mamba2_params<Policy> params(float* pool, const int32_t* slot_idx, int rows, int32_t null_slot,
@@ -169,7 +172,9 @@ struct mamba2_case {
     p.in.out_batch_stride = H * P;
     p.in.out_head_stride = P;
     p.rows = {slot_idx, null_slot, rows};
-    p.state = rows_pool(pool, num_slots);
+    // (Low-precision checkpoints: the caller points p.state at a pool of that type.)
+    if constexpr (std::is_same<typename Policy::master_type, float>::value)
+      p.state = rows_pool(pool, num_slots);
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;

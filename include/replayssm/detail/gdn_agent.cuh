@@ -33,6 +33,9 @@ struct gdn_agent {
   static constexpr int K = Policy::commit_interval;
   static constexpr int max_draft = MaxDraft;
   static constexpr bool branching = Branch;  ///< checkpoints through branch_ref (run_item.cuh)
+  static_assert(!Policy::has_serving_copy || (Op != op::eager && Op != op::eager_draft),
+                "eager steps keep one state: run the eager baseline with precision::fp32 or a "
+                "single low-precision checkpoint (precision::bf16, fp16), not a pair.");
   static constexpr int min_blocks_per_sm =
       0;  ///< no bound: the state tile alone takes 128 registers
   // Steps staged at once: the buffered steps (up to L), plus the current one for decode.
@@ -83,14 +86,16 @@ struct gdn_agent {
 
   static REPLAYSSM_DEVICE int64_t buf_step(int64_t slot, int j) { return slot * L + j; }
 
-  static REPLAYSSM_DEVICE float* tile_base(float* head, int64_t row_stride, int v0) {
+  template <class S>
+  static REPLAYSSM_DEVICE S* tile_base(S* head, int64_t row_stride, int v0) {
     return kv ? head + v0 : head + v0 * row_stride;
   }
   static REPLAYSSM_DEVICE int64_t slot_of(const params_t& p, int b) {
     return p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
   }
   /// Element (0, v0) of value head hv's state in row `slot` of a pool.
-  static REPLAYSSM_DEVICE float* tile_ptr(const state_pool_ref& pool, int64_t slot, int hv, int t) {
+  template <class S>
+  static REPLAYSSM_DEVICE S* tile_ptr(const basic_pool_ref<S>& pool, int64_t slot, int hv, int t) {
     return tile_base(pool.data + slot * pool.slot_stride + hv * pool.head_stride, pool.row_stride,
                      t * VT);
   }
@@ -152,7 +157,7 @@ struct gdn_agent {
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
     const uint32_t blocks_per_slot = uint32_t(Hv) * (VD / VT);
-    float* ckpt = tile_ptr(p.state, ck.wr, hv, t);
+    auto* ckpt = tile_ptr(p.state, ck.wr, hv, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float q_cur = 0.f, k_cur = 0.f, v_cur = 0.f, g_cur = 0.f, beta_cur = 0.f;
     if (has_current) {
@@ -216,6 +221,7 @@ struct gdn_agent {
     __syncthreads();
 
     if (commit) {
+      if constexpr (Op == op::decode) reload_master<gdn_agent>(tile, p, ck.rd, hv, t);  // (pairs)
       fold(tile, m);
       if (Op == op::materialize) {
         tile.store(tile_base(other.data + b * other.slot_stride + hv * other.head_stride,
@@ -224,6 +230,8 @@ struct gdn_agent {
         return;
       }
       tile.store(ckpt, p.state.row_stride);
+      if constexpr (Policy::has_serving_copy)  // the pair's copy, regenerated from the master
+        tile.store(tile_ptr(p.serving, ck.wr, hv, t), p.serving.row_stride);
       if (has_current) tile.contract(s.q[0], s.o, s.scratch);
     } else {
       // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
@@ -390,10 +398,11 @@ struct gdn_agent {
     if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
     __syncthreads();
     if (fold_window) {
+      reload_master<gdn_agent>(tile, p, ck.rd, hv, t);  // (pairs: the outputs' copy is loaded)
       for (int i = threadIdx.x; i < n * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
       __syncthreads();
       fold(tile, n);
-      tile.store(tile_ptr(p.state, ck.wr, hv, t), p.state.row_stride);
+      store_checkpoint<gdn_agent>(tile, p, ck.wr, hv, t);
       __syncthreads();  // the drafts are staged over the folded steps
       draft_rows drafts;
       drafts.load(p, b, hv, hk, v0, nd);

@@ -30,14 +30,27 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
   if (auto r = detail::check_pool(
           p.state, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
           kv ? rule::head_v_dim : rule::head_k_dim, "gated_deltanet: state.data is null",
-          "gated_deltanet: state.data must be 16-byte aligned and its "
-          "strides multiples of 4 elements (float4 rows)",
+          "gated_deltanet: state.data must be aligned to 4 elements (16-byte for fp32, 8-byte "
+          "for bf16/fp16) and its strides multiples of 4 elements",
           "gated_deltanet: state strides overlap: need row_stride >= the "
           "contiguous dim, head_stride >= rows * row_stride, slot_stride >= "
           "num_v_heads * head_stride");
       !r)
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
+  if constexpr (Policy::has_serving_copy) {
+    if (auto r = detail::check_pool(
+            p.serving, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,
+            kv ? rule::head_v_dim : rule::head_k_dim,
+            "gated_deltanet: serving.data is null (a precision pair needs its serving copy)",
+            "gated_deltanet: serving.data must be aligned to 4 elements and its strides multiples "
+            "of 4",
+            "gated_deltanet: serving strides overlap (same rules as state)");
+        !r)
+      return r;
+    if (p.serving.num_slots < p.state.num_slots)
+      return fail(status::bad_shape, "gated_deltanet: serving has fewer slots than state");
+  }
   if (needs_step) {
     if (!p.in.q || !p.in.k || !p.in.v || !p.in.g || !p.in.beta || !p.in.out)
       return fail(status::null_pointer,

@@ -25,6 +25,9 @@ struct mamba2_agent {
   static constexpr int K = Policy::commit_interval;
   static constexpr int max_draft = MaxDraft;
   static constexpr bool branching = Branch;  ///< checkpoints through branch_ref (run_item.cuh)
+  static_assert(!Policy::has_serving_copy || (Op != op::eager && Op != op::eager_draft),
+                "eager steps keep one state: run the eager baseline with precision::fp32 or a "
+                "single low-precision checkpoint (precision::bf16, fp16), not a pair.");
   /// Resident blocks per SM the registers must allow (0: no bound). The replay kernels are
   /// latency-bound chains, the more blocks the more state bytes in flight: 64 registers per
   /// thread. The eager step measured faster with its own allocation (74 registers, 3 blocks).
@@ -75,7 +78,8 @@ struct mamba2_agent {
     return p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
   }
   /// Element (row0, 0) of head h's state in row `slot` of a pool.
-  static REPLAYSSM_DEVICE float* tile_ptr(const state_pool_ref& pool, int64_t slot, int h, int t) {
+  template <class S>
+  static REPLAYSSM_DEVICE S* tile_ptr(const basic_pool_ref<S>& pool, int64_t slot, int h, int t) {
     return pool.data + slot * pool.slot_stride + h * pool.head_stride +
            int64_t(t) * TR * pool.row_stride;
   }
@@ -159,7 +163,7 @@ struct mamba2_agent {
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
     const uint32_t blocks_per_slot = uint32_t(H) * (P / TR);
-    float* ckpt = tile_ptr(p.state, ck.wr, h, t);
+    auto* ckpt = tile_ptr(p.state, ck.wr, h, t);
     constexpr bool has_current = (Op == op::eager || Op == op::decode);
     float x_cur = 0.f, b_cur = 0.f, c_cur = 0.f, dt_cur = 0.f;
     if (has_current) {
@@ -202,6 +206,7 @@ struct mamba2_agent {
     __syncthreads();
 
     if (commit) {
+      if constexpr (Op == op::decode) reload_master<mamba2_agent>(tile, p, ck.rd, h, t);  // (pairs)
       auto fold = [&](int j) { tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]); };
       if (Op == op::decode && m == K) {  // the usual window: unrolled
 #pragma unroll
@@ -216,6 +221,8 @@ struct mamba2_agent {
         return;
       }
       tile.store(ckpt, p.state.row_stride);
+      if constexpr (Policy::has_serving_copy)  // the pair's copy, regenerated from the master
+        tile.store(tile_ptr(p.serving, ck.wr, h, t), p.serving.row_stride);
       if (has_current) tile.contract(s.C[0], s.y[0], nullptr);
     } else {
       replay_rows(tile, m, A);
@@ -367,8 +374,9 @@ struct mamba2_agent {
     if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
     __syncthreads();
     if (fold) {
+      reload_master<mamba2_agent>(tile, p, ck.rd, h, t);  // (pairs: the outputs' copy is loaded)
       for (int j = 0; j < n; ++j) tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
-      tile.store(tile_ptr(p.state, ck.wr, h, t), p.state.row_stride);
+      store_checkpoint<mamba2_agent>(tile, p, ck.wr, h, t);
       __syncthreads();   // the drafts are staged over the folded steps
       draft_rows again;  // requested again: holding them across the fold costs registers
       again.load(p, b, h, g, row0, nd);

@@ -22,16 +22,27 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
     return fail(status::bad_shape, "mamba2: ngroups must divide nheads");
   if (int64_t(p.nheads) * (rule::headdim / Policy::tile) > 2147483647)
     return fail(status::bad_shape, "mamba2: too many heads for one launch");
-  if (auto r = detail::check_pool(p.state, p.nheads, rule::headdim, rule::dstate,
-                                  "mamba2: state.data is null",
-                                  "mamba2: state.data must be 16-byte aligned and its strides "
-                                  "multiples of 4 elements (float4 rows)",
-                                  "mamba2: state strides overlap: need row_stride >= dstate, "
-                                  "head_stride >= headdim * row_stride, slot_stride >= nheads * "
-                                  "head_stride");
+  if (auto r = detail::check_pool(
+          p.state, p.nheads, rule::headdim, rule::dstate, "mamba2: state.data is null",
+          "mamba2: state.data must be aligned to 4 elements (16-byte for fp32, "
+          "8-byte for bf16/fp16) and its strides multiples of 4 elements",
+          "mamba2: state strides overlap: need row_stride >= dstate, "
+          "head_stride >= headdim * row_stride, slot_stride >= nheads * "
+          "head_stride");
       !r)
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
+  if constexpr (Policy::has_serving_copy) {
+    if (auto r = detail::check_pool(
+            p.serving, p.nheads, rule::headdim, rule::dstate,
+            "mamba2: serving.data is null (a precision pair needs its serving copy)",
+            "mamba2: serving.data must be aligned to 4 elements and its strides multiples of 4",
+            "mamba2: serving strides overlap (same rules as state)");
+        !r)
+      return r;
+    if (p.serving.num_slots < p.state.num_slots)
+      return fail(status::bad_shape, "mamba2: serving has fewer slots than state");
+  }
   if (needs_weights && p.weights.A == nullptr)
     return fail(status::null_pointer, "mamba2: weights.A is null");
   if (needs_step) {

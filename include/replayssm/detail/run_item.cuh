@@ -23,6 +23,25 @@ REPLAYSSM_HD uint32_t draft_path(const spec_ref& spec, int b, int d) {
   return mask;
 }
 
+/// Writes a folded checkpoint tile to pool slot `wr`: the master and, for a pair, the serving
+/// copy regenerated from it in the same launch.
+template <class Agent, class Tile>
+REPLAYSSM_DEVICE void store_checkpoint(const Tile& tile, const typename Agent::params_t& p,
+                                       int64_t wr, int h, int t) {
+  tile.store(Agent::tile_ptr(p.state, wr, h, t), p.state.row_stride);
+  if constexpr (Agent::policy::has_serving_copy)
+    tile.store(Agent::tile_ptr(p.serving, wr, h, t), p.serving.row_stride);
+}
+
+/// Pairs: decode and verify load the serving copy (run_item); a launch that then folds needs the
+/// master instead, requested here (only the committing rows pay this second load).
+template <class Agent, class Tile>
+REPLAYSSM_DEVICE void reload_master(Tile& tile, const typename Agent::params_t& p, int64_t rd,
+                                    int h, int t) {
+  if constexpr (Agent::policy::has_serving_copy)
+    tile.load(Agent::tile_ptr(p.state, rd, h, t), p.state.row_stride);
+}
+
 /// op::accept for work item (b, h, t): keeps row b's accepted drafts. They are moved to the
 /// buffer's tail (positions n, n + 1, ...) from where the verification put them (its cursor
 /// tells: after the buffered steps, or after the window it folded) along the accepted path
@@ -84,7 +103,7 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
   typename Agent::tile_t tile;
   if constexpr (Op == op::load) {
     tile.load(Agent::tile_ptr(other, b, h, t), other.row_stride);
-    tile.store(Agent::tile_ptr(p.state, ck.wr, h, t), p.state.row_stride);
+    store_checkpoint<Agent>(tile, p, ck.wr, h, t);
     if (h == 0 && t == 0 && threadIdx.x == 0) {
       p.cursors.cursor[slot] = 0;
       if constexpr (Agent::branching) p.branch.ckpt_of[slot] = int32_t(ck.wr);
@@ -99,7 +118,10 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
     fork_item(agent, p, b, h, t, slot);
     return;
   }
-  tile.load(Agent::tile_ptr(p.state, ck.rd, h, t), p.state.row_stride);
+  if constexpr (Agent::policy::has_serving_copy && (Op == op::decode || Op == op::verify))
+    tile.load(Agent::tile_ptr(p.serving, ck.rd, h, t), p.serving.row_stride);  // outputs
+  else
+    tile.load(Agent::tile_ptr(p.state, ck.rd, h, t), p.state.row_stride);
   if constexpr (Op == op::verify)
     agent.process_verify(p, b, h, t, slot, tile, ck);
   else if constexpr (Op == op::eager_draft)

@@ -83,6 +83,23 @@ REPLAYSSM_DEVICE float4 load_state4(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
 }
 REPLAYSSM_DEVICE void store_state4(float* p, float4 v) { __stcs(reinterpret_cast<float4*>(p), v); }
+// 16-bit checkpoints and serving copies: four elements in 8 bytes, converted to and from fp32.
+template <class T>
+REPLAYSSM_DEVICE float4 load_state4(const T* p) {
+  static_assert(sizeof(T) == 2, "16-bit state types only");
+  const uint2 u = __ldcs(reinterpret_cast<const uint2*>(p));
+  const T* e = reinterpret_cast<const T*>(&u);
+  return make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
+}
+template <class T>
+REPLAYSSM_DEVICE void store_state4(T* p, float4 v) {
+  static_assert(sizeof(T) == 2, "16-bit state types only");
+  uint2 u;
+  T* e = reinterpret_cast<T*>(&u);
+  e[0] = from_float<T>(v.x), e[1] = from_float<T>(v.y), e[2] = from_float<T>(v.z);
+  e[3] = from_float<T>(v.w);
+  __stcs(reinterpret_cast<uint2*>(p), u);
+}
 
 REPLAYSSM_DEVICE float4 fma4(float a, float4 x, float4 y) {
   return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z), fmaf(a, x.w, y.w));
@@ -113,12 +130,14 @@ struct keep_major_tile {
   }
   REPLAYSSM_DEVICE static int col() { return (lane() % lanes_per_row) * 4; }
 
-  /// base points at element (keep0, 0) of the full state.
-  REPLAYSSM_DEVICE void load(const float* base, int64_t row_stride) {
+  /// base points at element (keep0, 0) of the full state (fp32, bf16 or fp16).
+  template <class S>
+  REPLAYSSM_DEVICE void load(const S* base, int64_t row_stride) {
 #pragma unroll
     for (int r = 0; r < frags; ++r) v[r] = load_state4(base + row(r) * row_stride + col());
   }
-  REPLAYSSM_DEVICE void store(float* base, int64_t row_stride) const {
+  template <class S>
+  REPLAYSSM_DEVICE void store(S* base, int64_t row_stride) const {
 #pragma unroll
     for (int r = 0; r < frags; ++r) store_state4(base + row(r) * row_stride + col(), v[r]);
   }
@@ -196,12 +215,14 @@ struct reduce_major_tile {
   }
   REPLAYSSM_DEVICE static int col() { return (lane() % lanes_per_row) * 4; }
 
-  /// base points at element (keep0, 0) of the full state.
-  REPLAYSSM_DEVICE void load(const float* base, int64_t row_stride) {
+  /// base points at element (keep0, 0) of the full state (fp32, bf16 or fp16).
+  template <class S>
+  REPLAYSSM_DEVICE void load(const S* base, int64_t row_stride) {
 #pragma unroll
     for (int r = 0; r < frags; ++r) v[r] = load_state4(base + row(r) * row_stride + col());
   }
-  REPLAYSSM_DEVICE void store(float* base, int64_t row_stride) const {
+  template <class S>
+  REPLAYSSM_DEVICE void store(S* base, int64_t row_stride) const {
 #pragma unroll
     for (int r = 0; r < frags; ++r) store_state4(base + row(r) * row_stride + col(), v[r]);
   }

@@ -16,11 +16,13 @@ inline bool aligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }
 
-/// Checks a state pool whose tiles are `rows x cols` per head, `heads` heads per slot.
-inline result check_pool(const state_pool_ref& pool, int heads, int rows, int cols,
+/// Checks a state pool whose tiles are `rows x cols` per head, `heads` heads per slot: rows load
+/// four elements at a time (16 bytes of fp32, 8 of a 16-bit type).
+template <class T>
+inline result check_pool(const basic_pool_ref<T>& pool, int heads, int rows, int cols,
                          const char* what_null, const char* what_align, const char* what_stride) {
   if (pool.data == nullptr) return fail(status::null_pointer, what_null);
-  if (!aligned(pool.data, 16) || pool.row_stride % 4 || pool.head_stride % 4 ||
+  if (!aligned(pool.data, 4 * sizeof(T)) || pool.row_stride % 4 || pool.head_stride % 4 ||
       pool.slot_stride % 4)
     return fail(status::misaligned_pointer, what_align);
   if (pool.num_slots <= 0) return fail(status::bad_shape, "state pool: num_slots must be positive");

@@ -1,0 +1,148 @@
+// Precision schemes on the GPU (issue 5): an fp32 master with a bf16/fp16 serving copy (a pair)
+// against a single bf16/fp16 checkpoint, over many decode steps with commits, compared with the
+// float64 reference. Inputs are fp32, so the state's storage is the only rounding.
+//
+// The bounds, with u the unit roundoff of the stored type (bf16 2^-8, fp16 2^-11):
+// - pair, state: the master only ever holds fp32 folds of exact inputs, so the state after any
+//   number of steps matches float64 to fp32 accuracy (2e-5, as the fp32 tests): the copy's
+//   rounding never enters a later state. This is the property that makes pairs worth having.
+// - pair, outputs: an output reads the copy, one rounding of each state element (relative u/2),
+//   plus fp32 work: y = sum_n h_n C_n has relative error <= u/2 * sum|h_n C_n| / |y|; normwise
+//   over random data that ratio is a few units, so the test allows 4u.
+// - single, state: every commit rounds the whole state once (u/2), and decays < 1 only damp
+//   the old roundings, so after c commits the error is at most c u / 2; the test allows that.
+//   Outputs add one u/2 more.
+#include "gdn_case.cuh"
+#include "mamba2_case.cuh"
+
+namespace {
+
+using namespace replayssm;
+
+template <class S>
+double unit_roundoff() {
+  return std::is_same<S, __half>::value ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+}
+
+/// `steps` decode steps of two sequences in a pool of four slots (one null row in the batch),
+/// with a commit every K steps inside decode_step, an explicit commit and a materialize at the
+/// end. Policy::precision is a pair or a single low-precision checkpoint.
+template <class Case>
+void run_precision(Case& c, int steps, std::mt19937_64& rng) {
+  using Policy = typename Case::policy_t;
+  using M = typename Policy::master_type;
+  using S = typename Policy::serving_type;
+  constexpr bool pair = Policy::has_serving_copy;
+  const double u = unit_roundoff<S>();
+  const int batch = 3, num_slots = 4;
+  c.allocate(batch, num_slots, rng);
+  const size_t out_n = c.out_row_elems();
+  // The checkpoint pool of the master type (the case's fp32 pool for pairs) and the copy.
+  rtest::dev_array<M> typed(std::is_same<M, float>::value ? 0 : num_slots * c.state_elems());
+  rtest::dev_array<S> copy(pair ? num_slots * c.state_elems() : 0);
+  if (typed.n) typed.poison();
+  if (copy.n) copy.poison();
+  rtest::dev_array<int32_t> slots(batch), live(2);
+  slots.upload({2, -1, 0});
+  live.upload({2, 0});
+  auto params = [&](const int32_t* idx, int rows) {
+    auto p = c.params(c.pool_r.ptr, idx, rows, -1, c.out_r.ptr);
+    if constexpr (!std::is_same<M, float>::value) p.state = c.rows_pool(typed.ptr, num_slots);
+    if constexpr (pair) p.serving = c.rows_pool(copy.ptr, num_slots);
+    return p;
+  };
+  std::vector<typename Case::ref_state> ref(2);
+  {
+    std::vector<float> src;
+    for (auto& r : ref) {
+      r = c.random_state(rng);
+      const auto d = c.to_device_layout(r);
+      src.insert(src.end(), d.begin(), d.end());
+    }
+    rtest::dev_array<float> init(src.size());
+    init.upload(src);
+    RTEST_OK(load_state(params(live.ptr, 2), c.rows_pool(init.ptr, 2), 0));
+    if constexpr (!pair && !std::is_same<M, float>::value) {
+      // A single low-precision checkpoint starts rounded: so does its reference.
+      rtest::dev_array<float> back(src.size());
+      RTEST_OK(materialize(params(live.ptr, 2), c.rows_pool(back.ptr, 2), 0));
+      const auto h = back.download();
+      for (int q = 0; q < 2; ++q) ref[q] = c.from_device_layout(h.data() + q * c.state_elems());
+    }
+  }
+  const int commits = steps / Case::commit_interval;
+  const double out_tol = pair ? 4 * u : (commits + 2) * u / 2 + 4 * u;
+  const double state_tol = pair ? 2e-5 : (commits + 1) * u / 2 + 2e-5;
+  double worst_out = 0;
+  std::vector<double> y;
+  const int rows_of[2] = {0, 2};  // batch row of each sequence (row 1 is null)
+  for (int t = 0; t < steps; ++t) {
+    std::vector<typename Case::step_t> in(2);
+    for (int q = 0; q < 2; ++q) c.set_row(rows_of[q], in[q] = c.random_step(rng));
+    c.upload_inputs();
+    c.out_r.poison();
+    RTEST_OK(decode_step(params(slots.ptr, batch), 0));
+    const auto out = c.out_r.download();
+    REQUIRE(rtest::output_row_poisoned(out, 1, out_n));
+    for (int q = 0; q < 2; ++q) {
+      c.ref_step(ref[q], in[q], y);
+      const auto got = rtest::output_row(out, rows_of[q], out_n);
+      rtest::rel_err e;
+      for (size_t i = 0; i < out_n; ++i) e.add(got[i], y[i]);
+      worst_out = std::max(worst_out, e.value());
+      INFO("step " << t << " sequence " << q << ": output error " << e.value() << ", bound "
+                   << out_tol);
+      REQUIRE(e.value() < out_tol);
+    }
+  }
+  RTEST_OK(commit(params(live.ptr, 2), 0));
+  rtest::dev_array<float> dest(2 * c.state_elems());
+  dest.poison();
+  RTEST_OK(materialize(params(live.ptr, 2), c.rows_pool(dest.ptr, 2), 0));
+  const auto h = dest.download();
+  double worst_state = 0;
+  for (int q = 0; q < 2; ++q) {
+    const auto st = c.from_device_layout(h.data() + q * c.state_elems());
+    rtest::rel_err e;
+    for (size_t i = 0; i < st.size(); ++i) e.add(st[i], ref[q][i]);
+    worst_state = std::max(worst_state, e.value());
+    INFO("sequence " << q << " state after " << steps << " steps: " << e.value() << ", bound "
+                     << state_tol);
+    REQUIRE(e.value() < state_tol);
+  }
+  std::printf(
+      "[precision %s %s] %d steps, %d commits: max output err %.2e (bound %.1e), state "
+      "err %.2e (bound %.1e)\n",
+      pair ? "pair" : "single", std::is_same<S, __half>::value ? "fp16" : "bf16", steps, commits,
+      worst_out, out_tol, worst_state, state_tol);
+}
+
+template <class Pr>
+using m2 = replay_policy<rules::mamba2<64, 128, float>, 16, 16, Pr>;
+template <class Pr>
+using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 16, 16, Pr>;
+template <class Pr>
+using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 16, 8, Pr>;
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("precision pairs keep the master exact; single checkpoints stay within bounds",
+                   "[gpu][precision]", precision::fp32_bf16, precision::fp32_fp16, precision::bf16,
+                   precision::fp16) {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int steps = std::getenv("REPLAYSSM_TEST_STEPS") ? 40 : 1024;
+  SECTION("mamba2 16 heads, 2 groups, with z") {
+    rtest::mamba2_case<m2<TestType>> c(16, 2, true);
+    run_precision(c, steps, rng);
+  }
+  SECTION("gated deltanet kv 2/4 heads") {
+    rtest::gdn_case<gdn<TestType>> c(2, 4);
+    run_precision(c, steps, rng);
+  }
+  SECTION("gated deltanet vk 2/4 heads, K 8") {
+    rtest::gdn_case<gdn_vk<TestType>> c(2, 4);
+    run_precision(c, steps, rng);
+  }
+}
