@@ -13,7 +13,9 @@ using namespace replayssm;
 /// runs beside ReplaySSM's. Tree = true: random EAGLE-style trees (parent[d] in [-1, d)), every
 /// node checked against the float64 reference along its path, accepted = the path to a random
 /// node (accept_tree).
-template <int MaxDraft, bool Tree = false, class Case>
+/// Graph = true: the round (verify + accept) is captured once in a CUDA graph and replayed; only
+/// device memory (inputs, slot indices, counts, parents, accepted paths) changes between replays.
+template <int MaxDraft, bool Tree = false, bool Graph = false, class Case>
 void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
   const int nseq = 2, batch = 3, num_slots = 7;
   c.allocate(batch * MaxDraft, num_slots, rng);  // input and output rows: b * MaxDraft + t
@@ -47,6 +49,9 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
   int commits_expected = 0;
   std::vector<int> buffered(nseq, 0);
   int decodes = 0;
+  cudaStream_t graph_stream = nullptr;
+  cudaGraphExec_t round_graph = nullptr;
+  if (Graph) RTEST_CUDA(cudaStreamCreate(&graph_stream));
   int spec_rounds = 0;
   for (int round = 0; spec_rounds < rounds; ++round) {
     std::vector<int> row_seq{0, 1, -1};
@@ -118,7 +123,23 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     c.out_e.poison();
     auto p = c.params(c.pool_r.ptr, slot_idx.ptr, batch, -1, c.out_r.ptr);
     p.spec = {num_draft.ptr, accepted.ptr, Tree ? parent.ptr : nullptr, nodes.ptr};
-    RTEST_OK(verify_step<MaxDraft>(p, 0));
+    if (Graph) {
+      if (!round_graph) {  // captured at the first round, replayed from then on
+        RTEST_CUDA(cudaStreamBeginCapture(graph_stream, cudaStreamCaptureModeThreadLocal));
+        const result v = verify_step<MaxDraft>(p, graph_stream);
+        const result a = Tree ? accept_tree<MaxDraft>(p, graph_stream) : accept(p, graph_stream);
+        cudaGraph_t g;
+        RTEST_CUDA(cudaStreamEndCapture(graph_stream, &g));
+        RTEST_OK(v);
+        RTEST_OK(a);
+        RTEST_CUDA(cudaGraphInstantiate(&round_graph, g, 0));
+        RTEST_CUDA(cudaGraphDestroy(g));
+      }
+      RTEST_CUDA(cudaGraphLaunch(round_graph, graph_stream));
+      RTEST_CUDA(cudaStreamSynchronize(graph_stream));
+    } else {
+      RTEST_OK(verify_step<MaxDraft>(p, 0));
+    }
     // The eager engines' round beside it (chains): one intermediate state per draft.
     auto pe = c.params(c.pool_e.ptr, slot_idx.ptr, batch, -1, c.out_e.ptr);
     pe.spec = p.spec;
@@ -164,12 +185,16 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
                        c.state_elems() * sizeof(float), cudaMemcpyDeviceToDevice));
       buffered[row_seq[b]] += acc[b];
     }
-    if (Tree)
+    if (Graph)
+      ;  // accepted inside the graph (the counts were uploaded before it ran)
+    else if (Tree)
       RTEST_OK(accept_tree<MaxDraft>(p, 0));
     else
       RTEST_OK(accept(p, 0));
     RTEST_CUDA(cudaDeviceSynchronize());
   }
+  if (round_graph) RTEST_CUDA(cudaGraphExecDestroy(round_graph));
+  if (graph_stream) RTEST_CUDA(cudaStreamDestroy(graph_stream));
   // Cursors match the accepted history; the state (checkpoint + buffer) is the reference's.
   const auto cur = c.cursor.download();
   rtest::dev_array<float> dest(size_t(nseq) * c.state_elems());
@@ -186,10 +211,10 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
     REQUIRE(e.value() < 2e-5);
   }
   std::printf(
-      "[spec %s %s MaxDraft=%d] %d rounds (%d plain decode steps), %d commits, max rel "
+      "[spec %s%s %s MaxDraft=%d] %d rounds (%d plain decode steps), %d commits, max rel "
       "err %.2e\n",
-      Tree ? "trees" : "chains", typeid(Case).name(), MaxDraft, rounds, decodes, commits_expected,
-      worst);
+      Tree ? "trees" : "chains", Graph ? " (CUDA graph)" : "", typeid(Case).name(), MaxDraft,
+      rounds, decodes, commits_expected, worst);
 }
 
 // Buffers hold a full window of accepted steps plus the next draft: L >= K - 1 + 2 MaxDraft.
@@ -262,5 +287,21 @@ TEST_CASE("token trees give every node its path output and the accepted path bec
   SECTION("gated deltanet two tiles per head, trees of up to 4 drafts") {
     rtest::gdn_case<gdn_tiles> c(4, 8);
     run_spec_rounds<4, true>(c, rounds, rng);
+  }
+}
+
+TEST_CASE("a captured speculative round replays 1000 times with rows changing slots",
+          "[gpu][spec][graph]") {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int rounds = std::getenv("REPLAYSSM_TEST_STEPS") ? 40 : 1000;
+  SECTION("mamba2 chains, drafts up to 8") {
+    rtest::mamba2_case<m2> c(128, 8, true);
+    run_spec_rounds<8, false, true>(c, rounds, rng);
+  }
+  SECTION("gated deltanet trees, drafts up to 8") {
+    rtest::gdn_case<gdn> c(16, 32);
+    run_spec_rounds<8, true, true>(c, rounds, rng);
   }
 }
