@@ -6,6 +6,8 @@
 //   defaults: mamba2 -> 40 layers of Nemotron-3-Super-like H128 P64 N128 G8;
 //             gdn    -> 36 layers of Qwen3.5-122B-like Hk16 Hv64 K=V=128; batch 256, 1000 tokens.
 //
+// Each token runs as one CUDA graph per input set (all layers' launches captured once), the way
+// engines run decode; the replay cursors live on the device, so commits happen inside the graphs.
 // Both runs see the same inputs (a ring of 8 random input sets), so at the end the replay
 // state (materialized) must equal the eager state of the same layer and slot to fp32 rounding:
 // the example checks that and exits non-zero otherwise.
@@ -59,21 +61,36 @@ int run(Stack& s, int layers, int batch, int tokens) {
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
   float ms[2] = {0, 0};
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (int replay = 0; replay < 2; ++replay) {
+    // One token through every layer, captured once per input set as a CUDA graph, as engines
+    // run decode: the cursors live on the device, so the commits of each layer happen inside
+    // the replayed graphs at the right steps with no host decision.
+    std::vector<cudaGraphExec_t> graphs(INPUT_SETS);
+    for (int set = 0; set < INPUT_SETS; ++set) {
+      cudaGraph_t g;
+      CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int l = 0; l < layers; ++l) check(s.step(replay, l, set, stream), "step");
+      CHECK_CUDA(cudaStreamEndCapture(stream, &g));
+      CHECK_CUDA(cudaGraphInstantiate(&graphs[set], g, 0));
+      CHECK_CUDA(cudaGraphDestroy(g));
+    }
     s.reset_states();
     CHECK_CUDA(cudaDeviceSynchronize());
-    CHECK_CUDA(cudaEventRecord(a));
-    for (int t = 0; t < tokens; ++t)
-      for (int l = 0; l < layers; ++l) check(s.step(replay, l, t % INPUT_SETS), "step");
-    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    for (int t = 0; t < tokens; ++t) CHECK_CUDA(cudaGraphLaunch(graphs[t % INPUT_SETS], stream));
+    CHECK_CUDA(cudaEventRecord(b, stream));
     CHECK_CUDA(cudaEventSynchronize(b));
     CHECK_CUDA(cudaEventElapsedTime(&ms[replay], a, b));
+    for (auto& g : graphs) CHECK_CUDA(cudaGraphExecDestroy(g));
     if (!replay) s.keep_eager_result();
   }
+  CHECK_CUDA(cudaStreamDestroy(stream));
   const double err = s.compare_layer0();
   const double gb_eager = s.eager_bytes() / 1e9, gb_replay = s.replay_bytes() / 1e9;
-  std::printf("%s, %d layers, batch %d, %d tokens (SSM layers only)\n", s.name(), layers, batch,
-              tokens);
+  std::printf("%s, %d layers, batch %d, %d tokens (SSM layers only, CUDA graphs)\n", s.name(),
+              layers, batch, tokens);
   std::printf("  eager : %8.1f ms, %8.0f tokens/s, state memory %.1f GB\n", ms[0],
               batch * tokens / (ms[0] * 1e-3), gb_eager);
   std::printf("  replay: %8.1f ms, %8.0f tokens/s, checkpoint + buffer %.1f GB (K = %d)\n", ms[1],
@@ -110,9 +127,9 @@ struct stack_common {
       cudaMemset(cursor + size_t(l) * B, 0, B * 4);
     }
   }
-  rs::result step(bool replay, int l, int set) {
+  rs::result step(bool replay, int l, int set, cudaStream_t stream) {
     const auto p = static_cast<Derived*>(this)->params(l, set);
-    return replay ? rs::decode_step(p, 0) : rs::eager_step(p, 0);
+    return replay ? rs::decode_step(p, stream) : rs::eager_step(p, stream);
   }
   void keep_eager_result() { cudaMemcpy(eager0, pools[0], B * S * 4, cudaMemcpyDeviceToDevice); }
   /// Layer 0's replay state (materialized) against the eager run's, relative L2 error.
