@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the GPU test suite, compute-sanitizer and the benchmarks on a machine with a GPU, from
 # binaries built elsewhere (BIN, default build) when that machine cannot build them itself:
-#   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|examples|bench|all]...
+#   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|examples|pytorch|bench|all]...
 # Test cases run as parallel processes (JOBS, default 8): the float64 reference is the slow part.
-# Logs and the benchmark JSON go to $OUT (at most 7 files: the lent machine returns 8).
+# Logs and the benchmark JSON go to $OUT (8 files at most, what the lent machine returns).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN="${BIN:-build}"
@@ -15,7 +15,7 @@ tests="$BIN/replayssm_gpu_tests"
 [[ -x "$tests" ]] || tests="$BIN/tests/replayssm_gpu_tests"
 bench="$BIN/bench_decode"
 [[ -x "$bench" ]] || bench="$BIN/bench/bench_decode"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv
 tmp=$(mktemp -d)
 
 # run_cases LOG PREFIX...: every test case in its own process, JOBS at a time.
@@ -72,6 +72,15 @@ for what in "${@:-all}"; do
         echo "== hybrid_stack_decode $rule (${HYBRID_TOKENS:-300} tokens)"
         "$exe" "$rule" "" 256 "${HYBRID_TOKENS:-300}" 2>&1 | tee -a "$OUT/examples.log" || rc=1
       done
+    fi
+  fi
+  if [[ $what == pytorch || $what == all ]]; then
+    echo "== PyTorch binding (examples/pytorch)"
+    if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+      OUT="$OUT" bash examples/pytorch/run_on_gpu.sh > /dev/null 2>&1 || rc=1
+      tail -n 3 "$OUT/pytorch_tests.log"
+    else
+      echo "torch with CUDA not available: skipped"
     fi
   fi
   if [[ $what == bench || $what == all ]]; then
