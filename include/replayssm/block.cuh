@@ -32,6 +32,9 @@
 
 namespace replayssm {
 
+// These blocks read each slot's checkpoint from its own pool slot: they ignore `p.branch`
+// (branching runs through the launchers). Every precision scheme of the policy works.
+
 /// @brief One block's Mamba-2 replay decode step (see @ref decode_step).
 template <class Policy>
 using mamba2_decode_block = detail::mamba2_agent<Policy, detail::op::decode>;

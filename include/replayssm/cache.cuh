@@ -84,9 +84,11 @@ struct spec_ref {
 /// or a verification's fold) of batch row b writes its new checkpoint to pool slot
 /// `write_idx[b]` and sets `ckpt_of[slot] = write_idx[b]`, so a shared checkpoint is never
 /// written: give each committing branch a free pool slot (for example its own slot, once no other
-/// branch reads the checkpoint there). Without `write_idx`, commits write in place, to the slot
-/// the checkpoint was read from. All null (the default): slot s's checkpoint is pool slot s.
-/// `load_state` writes `write_idx[b]` (or slot s) and points `ckpt_of[s]` at it.
+/// branch reads the checkpoint there). Without `write_idx` (or where `write_idx[b] < 0`), commits
+/// write in place, to the slot the checkpoint was read from. All null (the default): slot s's
+/// checkpoint is pool slot s. `load_state` writes `write_idx[b]` (or pool slot s itself) and
+/// points `ckpt_of[s]` at it: make sure no other branch still reads that pool slot. The engine
+/// owns the bookkeeping of which pool slots are free; the library does not track sharing.
 struct branch_ref {
   int32_t* ckpt_of = nullptr;          ///< device array `[num_slots]`, or null: the identity
   const int32_t* write_idx = nullptr;  ///< device array `[batch]`, or null: commit in place

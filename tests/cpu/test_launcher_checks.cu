@@ -283,8 +283,7 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(r.code == status::bad_shape);
     CHECK(mentions(r, "fewer slots"));
     using spol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::bf16>;
-    mamba2_params<spol> q;
-    static_assert(std::is_same<decltype(q.state.data), __nv_bfloat16*>::value,
+    static_assert(std::is_same<decltype(mamba2_params<spol>{}.state.data), __nv_bfloat16*>::value,
                   "a single bf16 checkpoint is a bf16 pool");
   }
   SECTION("an empty batch is a successful no-op") {

@@ -96,7 +96,8 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
   ckpt_slots ck{slot, slot};
   if constexpr (Agent::branching) {  // the checkpoint lives in other pool slots (branch_ref)
     if (Op != op::load && Op != op::fork) ck.rd = p.branch.ckpt_of[slot];
-    ck.wr = p.branch.write_idx ? p.branch.write_idx[b] : ck.rd;
+    const int64_t w = p.branch.write_idx ? p.branch.write_idx[b] : -1;
+    ck.wr = w >= 0 ? w : ck.rd;  // a negative write_idx (a row that will not commit): in place
     // A corrupt index touches nothing (all blocks of the row agree, so no arrival is missing).
     if (ck.rd < 0 || ck.rd >= p.state.num_slots || ck.wr < 0 || ck.wr >= p.state.num_slots) return;
   }
