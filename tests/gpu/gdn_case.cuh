@@ -22,6 +22,8 @@ struct gdn_case {
   ref::gdn_config cfg;
   int batch = 0, num_slots = 0;
   dev_array<float> pool_r, pool_e, bks, bg, bbeta, g, beta;
+  /// Pairs: the serving copy of pool_r's checkpoints (poisoned until a load or a commit writes).
+  dev_array<typename Policy::serving_type> serving_r{1};
   dev_array<T> q, k, v, out_r, out_e, bk, bv;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
@@ -36,6 +38,10 @@ struct gdn_case {
     num_slots = slots;
     const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
     pool_r = dev_array<float>(slots * state_elems());
+    if constexpr (Policy::has_serving_copy) {
+      serving_r = dev_array<typename Policy::serving_type>(slots * state_elems());
+      serving_r.poison();
+    }
     pool_e = dev_array<float>(slots * state_elems());
     bk = dev_array<T>(size_t(slots) * L * Hk * KD);
     bks = dev_array<float>(size_t(slots) * L * Hk);
@@ -177,6 +183,8 @@ struct gdn_case {
     // (Low-precision checkpoints: the caller points p.state at a pool of that type.)
     if constexpr (std::is_same<typename Policy::master_type, float>::value)
       p.state = rows_pool(pool, num_slots);
+    if constexpr (Policy::has_serving_copy)  // the replay pool's copy (eager pools have none)
+      p.serving = rows_pool(serving_r.ptr, num_slots);
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;

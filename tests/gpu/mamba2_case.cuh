@@ -22,6 +22,8 @@ struct mamba2_case {
   ref::mamba2_weights w;
   int batch = 0, num_slots = 0;
   dev_array<float> A, dt_bias, D, pool_r, pool_e, bdt;
+  /// Pairs: the serving copy of pool_r's checkpoints (poisoned until a load or a commit writes).
+  dev_array<typename Policy::serving_type> serving_r{1};
   dev_array<T> x, dt, B, C, z, out_r, out_e, bx, bB;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
@@ -56,6 +58,10 @@ struct mamba2_case {
     D = dev_array<float>(H);
     D.upload(fd);
     pool_r = dev_array<float>(slots * state_elems());
+    if constexpr (Policy::has_serving_copy) {
+      serving_r = dev_array<typename Policy::serving_type>(slots * state_elems());
+      serving_r.poison();
+    }
     pool_e = dev_array<float>(slots * state_elems());
     bx = dev_array<T>(size_t(slots) * L * H * P);
     bB = dev_array<T>(size_t(slots) * L * G * N);
@@ -175,6 +181,8 @@ struct mamba2_case {
     // (Low-precision checkpoints: the caller points p.state at a pool of that type.)
     if constexpr (std::is_same<typename Policy::master_type, float>::value)
       p.state = rows_pool(pool, num_slots);
+    if constexpr (Policy::has_serving_copy)  // the replay pool's copy (eager pools have none)
+      p.serving = rows_pool(serving_r.ptr, num_slots);
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
