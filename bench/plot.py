@@ -89,6 +89,33 @@ def main():
         for k, b in sorted(ks.items()):
             ratio = f"{eager_line[rule] / us(b):.2f}x" if eager_line[rule] else "?"
             lines.append(f"| {rule} | {k} | {us(b):.1f} | {b['bytes_per_step'] / 1e6:.0f} | {ratio} |")
+    # precision schemes: precision/<rule>/<shape>/<scheme>/<mode>/... at batch 256, K = 16
+    prec = defaultdict(dict)
+    for n, b in rows.items():
+        m = re.match(r"^precision/(mamba2|gdn)/([^/]+)/([a-z0-9_]+)/([a-z_]+)/", n)
+        if m:
+            prec[(m.group(1), m.group(2))][(m.group(3), m.group(4))] = b
+    if prec:
+        lines.append("\n## Precision schemes, batch 256, K = 16 (window average per step)\n")
+        lines.append("The fp32 rows are the suite's in the same run. 'x eager fp32' and 'x eager "
+                     "bf16' are those eager steps' times over the scheme's window average.\n")
+        lines.append("| rule | shape | scheme | eager us | window avg us | % copy | x eager fp32 "
+                     "| x eager bf16 |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for (rule, shape), cases in sorted(prec.items()):
+            e32 = table.get((rule, shape), {}).get(("eager", 256))
+            e16 = cases.get(("bf16", "eager"))
+            for scheme in ("bf16", "fp16", "fp32_bf16", "fp32_fp16"):
+                w = cases.get((scheme, "replay_window_avg"))
+                if not w:
+                    continue
+                e = cases.get((scheme, "eager"))
+                lines.append(
+                    f"| {rule} | {shape} | {scheme} | {f'{us(e):.1f}' if e else '-'} | {us(w):.1f} | "
+                    f"{100 * w['bytes_per_second'] / copy:.0f}% | "
+                    f"{f'{us(e32) / us(w):.2f}x' if e32 else '?'} | "
+                    f"{f'{us(e16) / us(w):.2f}x' if e16 else '?'} |")
+
     rounds = defaultdict(dict)
     if args.spec and os.path.exists(args.spec):
         _, spec_rows = load(args.spec)
