@@ -303,6 +303,10 @@ void register_all() {
        true);
   prec("fp32_fp16", bm_mamba2<m2prec<precision::fp32_fp16>>, bm_gdn<gdnprec<precision::fp32_fp16>>,
        true);
+  prec("fp32_fp8", bm_mamba2<m2prec<precision::fp32_fp8>>, bm_gdn<gdnprec<precision::fp32_fp8>>,
+       true);
+  prec("fp32_int8", bm_mamba2<m2prec<precision::fp32_int8>>, bm_gdn<gdnprec<precision::fp32_int8>>,
+       true);
   for (auto [name, fn] : {std::pair{"sweep_pipe/mamba2/K4", &bm_mamba2<m2pipe<4>>},
                           std::pair{"sweep_pipe/mamba2/K8", &bm_mamba2<m2pipe<8>>},
                           std::pair{"sweep_pipe/mamba2/K16", &bm_mamba2<m2pipe<16>>}})

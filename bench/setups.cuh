@@ -36,6 +36,7 @@ struct mamba2_setup {
   rotation rot;
   dev_array<typename Policy::master_type> pool;      // checkpoints (masters of a pair)
   dev_array<typename Policy::serving_type> serving;  // pairs: the serving copies
+  dev_array<float> scales;                           // 8-bit copies: their row scales
   dev_array<float> A, dt_bias, D, bdt;
   dev_array<T> x, dt, B, C, z, out, bx, bB;
   dev_array<int32_t> cursor;
@@ -48,6 +49,7 @@ struct mamba2_setup {
         rot(b, rbench::rotation_sets(size_t(b) * h * P * N * 4)),
         pool(size_t(rot.num_slots()) * h * P * N),
         serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * h * P * N : 0),
+        scales(Policy::scaled_copy ? size_t(rot.num_slots()) * h * P : 0),
         A(h),
         dt_bias(h),
         D(h),
@@ -64,6 +66,7 @@ struct mamba2_setup {
         arrivals(rot.num_slots()) {
     rbench::fill_random(pool, 1, -0.5f, 0.5f);
     rbench::fill_random(serving, 1, -0.5f, 0.5f);
+    rbench::fill_random(scales, 30, 0.001f, 0.002f);
     rbench::fill_random(A, 2, -8.f, -0.05f);
     rbench::fill_random(dt_bias, 3, -1.f, 1.f);
     rbench::fill_random(D, 4, 0.5f, 1.5f);
@@ -107,6 +110,8 @@ struct mamba2_setup {
     p.state = {pool.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
     if constexpr (Policy::has_serving_copy)
       p.serving = {serving.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
+    if constexpr (Policy::scaled_copy)
+      p.serving_scale = {scales.ptr, int64_t(H) * P, P, rot.num_slots()};
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
@@ -131,6 +136,7 @@ struct gdn_setup {
   rotation rot;
   dev_array<typename Policy::master_type> pool;
   dev_array<typename Policy::serving_type> serving;
+  dev_array<float> scales;  // 8-bit copies: their row scales
   dev_array<float> g, beta, bks, bg, bbeta;
   dev_array<T> q, k, v, out, bk, bv;
   dev_array<int32_t> cursor;
@@ -143,6 +149,9 @@ struct gdn_setup {
         rot(b, rbench::rotation_sets(size_t(b) * hv * KD * VD * 4)),
         pool(size_t(rot.num_slots()) * hv * KD * VD),
         serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * hv * KD * VD : 0),
+        scales(Policy::scaled_copy
+                   ? size_t(rot.num_slots()) * hv * gdn_params<Policy>::serving_scales_per_head
+                   : 0),
         g(size_t(b) * in_rows * hv),
         beta(size_t(b) * in_rows * hv),
         bks(size_t(rot.num_slots()) * L * hk),
@@ -158,6 +167,7 @@ struct gdn_setup {
         arrivals(rot.num_slots()) {
     rbench::fill_random(pool, 21, -0.3f, 0.3f);
     rbench::fill_random(serving, 21, -0.3f, 0.3f);
+    rbench::fill_random(scales, 31, 0.001f, 0.002f);
     rbench::fill_random(g, 22, -3.f, -0.01f);
     rbench::fill_random(beta, 23, 0.05f, 0.95f);
     rbench::fill_random(bks, 24, 0.05f, 0.2f);
@@ -197,6 +207,10 @@ struct gdn_setup {
     p.state = {pool.ptr, int64_t(state_elems()), int64_t(KD) * VD, VD, rot.num_slots()};
     if constexpr (Policy::has_serving_copy)
       p.serving = {serving.ptr, int64_t(state_elems()), int64_t(KD) * VD, VD, rot.num_slots()};
+    if constexpr (Policy::scaled_copy) {
+      constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
+      p.serving_scale = {scales.ptr, int64_t(H) * per_head, per_head, rot.num_slots()};
+    }
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;

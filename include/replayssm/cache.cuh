@@ -30,6 +30,18 @@ struct basic_pool_ref {
 /// (materialize, load_state, eager_draft_step).
 using state_pool_ref = basic_pool_ref<float>;
 
+/// @brief The fp32 scales of an 8-bit serving copy (`precision::fp32_fp8`, `fp32_int8`): one per
+/// row of each block's state tile, so a stored code times its row's scale is the value. Scale of
+/// (slot, head, i) at `data[slot * slot_stride + head * head_stride + i]`, i below the params'
+/// `serving_scales_per_head` (Mamba-2: headdim; Gated DeltaNet: head_v_dim for the vk layout,
+/// head_k_dim times the tiles per head for kv). Commits write them; output steps read them.
+struct scale_pool_ref {
+  float* data = nullptr;    ///< base
+  int64_t slot_stride = 0;  ///< elements between slots
+  int64_t head_stride = 0;  ///< elements between heads
+  int32_t num_slots = 0;    ///< number of slots
+};
+
 /// @brief Which slot each batch row uses.
 ///
 /// Row b uses slot `slot_idx[b]` (or slot b when `slot_idx` is null). A row whose slot equals
@@ -97,6 +109,8 @@ struct branch_ref {
 
 static_assert(std::is_trivially_copyable<spec_ref>::value, "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<branch_ref>::value, "views must be trivially copyable");
+static_assert(std::is_trivially_copyable<scale_pool_ref>::value,
+              "views must be trivially copyable");
 static_assert(std::is_trivially_copyable<state_pool_ref>::value &&
                   std::is_trivially_copyable<basic_pool_ref<uint16_t>>::value,
               "views must be trivially copyable");

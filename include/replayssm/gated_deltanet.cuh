@@ -82,6 +82,14 @@ struct gdn_params {
   /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`): the serving copy of every checkpoint, same
   /// shape as `state`; output steps read it, commits rewrite it from the master.
   basic_pool_ref<typename Policy::serving_type> serving;
+  /// 8-bit copies: the scales of `serving`, `serving_scales_per_head` per head.
+  scale_pool_ref serving_scale;
+  /// Scales per head of an 8-bit copy: one per row of each block's tile (kv: head_k_dim rows per
+  /// tile of `Policy::tile` columns of V; vk: one per row of V).
+  static constexpr int serving_scales_per_head =
+      Policy::rule::layout == state_layout::kv
+          ? (Policy::rule::head_v_dim / Policy::tile) * Policy::rule::head_k_dim
+          : Policy::rule::head_v_dim;
 };
 
 /// @brief Eager step: read, update and write each row's state; write the output.

@@ -85,6 +85,10 @@ struct mamba2_params {
   /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`): the serving copy of every checkpoint, same
   /// shape as `state`; output steps read it, commits rewrite it from the master.
   basic_pool_ref<typename Policy::serving_type> serving;
+  /// 8-bit copies: the scales of `serving`, `serving_scales_per_head` per head.
+  scale_pool_ref serving_scale;
+  /// Scales per head of an 8-bit copy: one per row of P.
+  static constexpr int serving_scales_per_head = Policy::rule::headdim;
 };
 
 /// @brief Eager step: read each row's state, apply the step, write the state and the output.

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <replayssm/detail/config.cuh>
 #include <type_traits>
@@ -66,6 +67,7 @@ struct fp32 {
   using master_type = float;                       ///< checkpoint that commits read and write
   using serving_type = float;                      ///< checkpoint that output steps read
   static constexpr bool has_serving_copy = false;  ///< no separate copy: outputs read the master
+  static constexpr bool scaled_copy = false;       ///< 8-bit copies carry per-row scales
 };
 /// @brief One low-precision checkpoint (`__nv_bfloat16` or `__half`) that commits read, fold in
 /// fp32 and write back rounded: what engines do today with a 16-bit state, and the contrast to
@@ -75,9 +77,11 @@ struct single {
   using master_type = T;
   using serving_type = T;
   static constexpr bool has_serving_copy = false;
+  static constexpr bool scaled_copy = false;
 };
 /// @brief A pair: an fp32 master that only commits read and write, and a low-precision serving
-/// copy (`__nv_bfloat16` or `__half`) that output steps read. A commit folds into the master and
+/// copy (`__nv_bfloat16`, `__half`, or 8-bit `__nv_fp8_e4m3` / `int8_t` with an fp32 scale per
+/// tile row, computed at commit) that output steps read. A commit folds into the master and
 /// regenerates the copy in the same launch, so the copy's rounding reaches outputs but never a
 /// later state.
 template <class T>
@@ -85,11 +89,14 @@ struct pair {
   using master_type = float;
   using serving_type = T;
   static constexpr bool has_serving_copy = true;
+  static constexpr bool scaled_copy = sizeof(T) == 1;  ///< 8-bit: codes x per-row scale
 };
 using bf16 = single<__nv_bfloat16>;     ///< one bf16 checkpoint
 using fp16 = single<__half>;            ///< one fp16 checkpoint
 using fp32_bf16 = pair<__nv_bfloat16>;  ///< fp32 master + bf16 serving copy
 using fp32_fp16 = pair<__half>;         ///< fp32 master + fp16 serving copy
+using fp32_fp8 = pair<__nv_fp8_e4m3>;   ///< fp32 master + fp8 e4m3 copy with row scales
+using fp32_int8 = pair<int8_t>;         ///< fp32 master + int8 copy with row scales
 }  // namespace precision
 
 /// @brief The policy: everything ReplaySSM fixes at compile time, in one type.
@@ -136,6 +143,7 @@ struct replay_policy {
                 "replay_policy: PipelineStages must be 0 (no pipeline) or 2 to 4.");
   using serving_type = typename Precision::serving_type;                 ///< type output steps read
   static constexpr bool has_serving_copy = Precision::has_serving_copy;  ///< a pair
+  static constexpr bool scaled_copy = Precision::scaled_copy;  ///< an 8-bit copy with scales
   static_assert(std::is_same<master_type, float>::value ||
                     std::is_same<master_type, __nv_bfloat16>::value ||
                     std::is_same<master_type, __half>::value,
@@ -143,8 +151,10 @@ struct replay_policy {
                 "fp32_bf16, fp32_fp16).");
   static_assert(std::is_same<serving_type, master_type>::value ||
                     std::is_same<serving_type, __nv_bfloat16>::value ||
-                    std::is_same<serving_type, __half>::value,
-                "replay_policy: serving copies are bf16 or fp16.");
+                    std::is_same<serving_type, __half>::value ||
+                    std::is_same<serving_type, __nv_fp8_e4m3>::value ||
+                    std::is_same<serving_type, int8_t>::value,
+                "replay_policy: serving copies are bf16, fp16, fp8 e4m3 or int8.");
   static_assert(PipelineStages == 0 || std::is_same<Precision, ::replayssm::precision::fp32>::value,
                 "replay_policy: the pipelined kernels (PipelineStages >= 2) stage fp32 state "
                 "only; use PipelineStages = 0 with a low-precision checkpoint.");

@@ -1,6 +1,7 @@
 // The small index helpers the kernels share, run on the host: the masks of draft paths in token
 // trees and the cursor clamp.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <random>
 #include <replayssm/replayssm.cuh>
 #include <vector>
@@ -64,4 +65,34 @@ TEST_CASE("cursor clamps keep every access inside the slot's buffer", "[cpu][che
   CHECK(buffered_steps<op::decode, 16, 24>(-3) == 0);
   CHECK(draft_offset<24>(-2147483647 - 1) == 24);
   CHECK(draft_offset<24>(2147483647) == 24);
+}
+
+TEST_CASE("8-bit serving copies: codes round to nearest and saturate, scales cover the row",
+          "[cpu][precision]") {
+  using replayssm::detail::code8;
+  using replayssm::detail::row_scale;
+  using fp8 = code8<__nv_fp8_e4m3>;
+  using i8 = code8<int8_t>;
+  // e4m3: 3 mantissa bits, largest finite 448; exact for small integers and powers of two.
+  for (float x : {0.f, 1.f, -2.f, 0.5f, 3.f, 448.f, -448.f, 0.015625f})
+    CHECK(fp8::decode(fp8::encode(x)) == x);
+  CHECK(fp8::decode(fp8::encode(1000.f)) == 448.f);  // saturates, never inf or NaN
+  CHECK(fp8::decode(fp8::encode(1.0625f)) == 1.f);   // halfway between 1 and 1.125: to even
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-448.f, 448.f);
+  for (int i = 0; i < 1000; ++i) {  // relative error within half an ulp: 2^-4 for normals
+    const float x = u(rng);
+    if (std::fabs(x) < 0.015625f) continue;
+    CHECK(std::fabs(fp8::decode(fp8::encode(x)) - x) <= std::fabs(x) * 0.0625f);
+  }
+  // int8: symmetric, round to nearest even, saturating at +-127.
+  CHECK(i8::decode(i8::encode(2.5f)) == 2.f);
+  CHECK(i8::decode(i8::encode(-3.5f)) == -4.f);
+  CHECK(i8::decode(i8::encode(300.f)) == 127.f);
+  CHECK(i8::decode(i8::encode(-300.f)) == -127.f);
+  // A row's scale maps its largest magnitude to the largest code; an all-zero row keeps scale 1.
+  CHECK(row_scale<__nv_fp8_e4m3>(0.f) == 1.f);
+  CHECK(row_scale<int8_t>(2.54f) == 2.54f / 127.f);
+  const float amax = 3.7f, sc = row_scale<__nv_fp8_e4m3>(amax);
+  CHECK(fp8::decode(fp8::encode(amax / sc)) * sc == Approx(amax).epsilon(1e-6));
 }

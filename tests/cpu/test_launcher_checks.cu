@@ -283,6 +283,16 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(r.code == status::bad_shape);
     CHECK(mentions(r, "fewer slots"));
     using spol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::bf16>;
+    using f8pol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::fp32_fp8>;
+    auto q = valid_mamba2<f8pol>();
+    q.serving = {reinterpret_cast<__nv_fp8_e4m3*>(fake_f), 8 * 64 * 128, 64 * 128, 128, 10};
+    r = decode_step(q, nullptr);
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "serving_scale"));
+    q.serving_scale = {fake_f, 8 * 64, 32, 10};  // head_stride below the 64 rows of P
+    r = decode_step(q, nullptr);
+    CHECK(r.code == status::bad_stride);
+    CHECK(mentions(r, "serving_scale"));
     static_assert(std::is_same<decltype(mamba2_params<spol>{}.state.data), __nv_bfloat16*>::value,
                   "a single bf16 checkpoint is a bf16 pool");
   }

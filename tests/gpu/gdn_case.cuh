@@ -32,6 +32,12 @@ struct gdn_case {
 
   gdn_case(int Hk, int Hv) { cfg = ref::gdn_config{Hk, Hv, KD, VD, true, 0.0}; }
   size_t state_elems() const { return size_t(cfg.num_v_heads) * KD * VD; }
+  // The device layout per head, rows x row_len with the contiguous dimension last, and the
+  // columns one 8-bit copy scale covers (a tile's columns of V in kv, a whole row in vk).
+  int heads() const { return cfg.num_v_heads; }
+  int rows_per_head() const { return kv ? KD : VD; }
+  int row_len() const { return kv ? VD : KD; }
+  static constexpr int scale_seg = kv ? Policy::tile : KD;
 
   void allocate(int b, int slots, std::mt19937_64& rng) {
     batch = b;

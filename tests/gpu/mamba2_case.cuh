@@ -33,6 +33,11 @@ struct mamba2_case {
     cfg = ref::mamba2_config{H, P, N, G, true, with_z, true};
   }
   size_t state_elems() const { return size_t(cfg.nheads) * P * N; }
+  // The device layout per head (rows x row_len) and the columns one 8-bit copy scale covers.
+  int heads() const { return cfg.nheads; }
+  int rows_per_head() const { return P; }
+  int row_len() const { return N; }
+  static constexpr int scale_seg = N;
 
   void allocate(int b, int slots, std::mt19937_64& rng) {
     batch = b;

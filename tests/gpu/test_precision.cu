@@ -22,10 +22,20 @@ namespace {
 
 using namespace replayssm;
 
+/// The relative error of one stored element: round to nearest of the type (bf16 2^-8, fp16
+/// 2^-11, fp8 e4m3 2^-4); int8 codes err by half a step of the row's scale, which relative to
+/// the typical element (a few times smaller than the row's largest) is about 2^-5.
 template <class S>
 double unit_roundoff() {
-  return std::is_same<S, __half>::value ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  if (std::is_same<S, __half>::value) return std::ldexp(1.0, -11);
+  if (std::is_same<S, __nv_fp8_e4m3>::value) return std::ldexp(1.0, -4);
+  if (std::is_same<S, int8_t>::value) return std::ldexp(1.0, -5);
+  return std::ldexp(1.0, -8);
 }
+const char* type_name(__nv_bfloat16) { return "bf16"; }
+const char* type_name(__half) { return "fp16"; }
+const char* type_name(__nv_fp8_e4m3) { return "fp8 e4m3"; }
+const char* type_name(int8_t) { return "int8"; }
 
 /// `steps` decode steps of two sequences in a pool of four slots (one null row in the batch),
 /// with a commit every K steps inside decode_step, an explicit commit and a materialize at the
@@ -43,8 +53,13 @@ void run_precision(Case& c, int steps, std::mt19937_64& rng) {
   // The checkpoint pool of the master type (the case's fp32 pool for pairs) and the copy.
   rtest::dev_array<M> typed(std::is_same<M, float>::value ? 0 : num_slots * c.state_elems());
   rtest::dev_array<S> copy(pair ? num_slots * c.state_elems() : 0);
+  using params_t = decltype(c.params(nullptr, nullptr, 0, -1, nullptr));
+  constexpr int scales_per_head = params_t::serving_scales_per_head;
+  const size_t scales_per_slot = size_t(c.heads()) * scales_per_head;
+  rtest::dev_array<float> scales(Policy::scaled_copy ? num_slots * scales_per_slot : 0);
   if (typed.n) typed.poison();
   if (copy.n) copy.poison();
+  if (scales.n) scales.poison();
   rtest::dev_array<int32_t> slots(batch), live(2);
   slots.upload({2, -1, 0});
   live.upload({2, 0});
@@ -52,6 +67,8 @@ void run_precision(Case& c, int steps, std::mt19937_64& rng) {
     auto p = c.params(c.pool_r.ptr, idx, rows, -1, c.out_r.ptr);
     if constexpr (!std::is_same<M, float>::value) p.state = c.rows_pool(typed.ptr, num_slots);
     if constexpr (pair) p.serving = c.rows_pool(copy.ptr, num_slots);
+    if constexpr (Policy::scaled_copy)
+      p.serving_scale = {scales.ptr, int64_t(scales_per_slot), scales_per_head, num_slots};
     return p;
   };
   std::vector<typename Case::ref_state> ref(2);
@@ -113,29 +130,56 @@ void run_precision(Case& c, int steps, std::mt19937_64& rng) {
                      << state_tol);
     REQUIRE(e.value() < state_tol);
   }
-  if constexpr (pair) {  // the copy is the master rounded to nearest; other slots untouched
+  if constexpr (pair) {  // the copy is the master rounded as the kernels round; others untouched
     const auto master = c.pool_r.download();
     const auto cp = copy.download();
+    const auto sc = scales.download();
+    std::vector<unsigned char> want(sizeof(S) * c.state_elems());
+    std::vector<float> want_sc(scales_per_slot);
     for (int slot = 0; slot < num_slots; ++slot) {
       const bool is_live = slot == 2 || slot == 0;
-      for (size_t i = 0; i < c.state_elems(); ++i) {
-        const size_t k = slot * c.state_elems() + i;
-        const S want = rtest::host_from_float<S>(master[k]);
-        uint16_t got_bits, want_bits;
-        std::memcpy(&got_bits, &cp[k], 2);
-        std::memcpy(&want_bits, &want, 2);
-        if (got_bits != (is_live ? want_bits : uint16_t(0xFFFF))) {
-          INFO("slot " << slot << " element " << i);
-          REQUIRE(got_bits == (is_live ? want_bits : uint16_t(0xFFFF)));
+      const float* m = master.data() + slot * c.state_elems();
+      if constexpr (Policy::scaled_copy) {
+        // Per head, per scale: a segment of one row (rows x row_len, segments of scale_seg).
+        using code = replayssm::detail::code8<S>;
+        const int rows = c.rows_per_head(), len = c.row_len(), seg = Case::scale_seg;
+        for (int h = 0; h < c.heads(); ++h)
+          for (int g = 0; g < len / seg; ++g)
+            for (int i = 0; i < rows; ++i) {
+              const size_t e0 = size_t(h) * rows * len + size_t(i) * len + size_t(g) * seg;
+              float amax = 0.f;
+              for (int j = 0; j < seg; ++j) amax = std::fmax(amax, std::fabs(m[e0 + j]));
+              const float s8 = replayssm::detail::row_scale<S>(amax);
+              want_sc[size_t(h) * scales_per_head + size_t(g) * rows + i] = s8;
+              for (int j = 0; j < seg; ++j) want[e0 + j] = code::encode(m[e0 + j] / s8);
+            }
+      } else {
+        for (size_t i = 0; i < c.state_elems(); ++i) {
+          const S w = rtest::host_from_float<S>(m[i]);
+          std::memcpy(&want[i * sizeof(S)], &w, sizeof(S));
         }
+      }
+      const auto* got = reinterpret_cast<const unsigned char*>(cp.data() + slot * c.state_elems());
+      const bool copy_ok =
+          is_live ? std::memcmp(got, want.data(), want.size()) == 0
+                  : std::all_of(got, got + want.size(), [](unsigned char b) { return b == 0xFF; });
+      INFO("slot " << slot << (is_live ? ": copy == master rounded" : ": copy untouched"));
+      REQUIRE(copy_ok);
+      if constexpr (Policy::scaled_copy) {
+        const float* gs = sc.data() + slot * scales_per_slot;
+        const bool scales_ok =
+            is_live ? std::memcmp(gs, want_sc.data(), scales_per_slot * 4) == 0
+                    : std::all_of(gs, gs + scales_per_slot, [](float f) { return std::isnan(f); });
+        INFO("slot " << slot << ": row scales");
+        REQUIRE(scales_ok);
       }
     }
   }
   std::printf(
       "[precision %s %s] %d steps, %d commits: max output err %.2e (bound %.1e), state "
       "err %.2e (bound %.1e)\n",
-      pair ? "pair" : "single", std::is_same<S, __half>::value ? "fp16" : "bf16", steps, commits,
-      worst_out, out_tol, worst_state, state_tol);
+      pair ? "pair" : "single", type_name(S{}), steps, commits, worst_out, out_tol, worst_state,
+      state_tol);
 }
 
 template <class Pr>
@@ -148,8 +192,8 @@ using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout
 }  // namespace
 
 TEMPLATE_TEST_CASE("precision pairs keep the master exact; single checkpoints stay within bounds",
-                   "[gpu][precision]", precision::fp32_bf16, precision::fp32_fp16, precision::bf16,
-                   precision::fp16) {
+                   "[gpu][precision]", precision::fp32_bf16, precision::fp32_fp16,
+                   precision::fp32_fp8, precision::fp32_int8, precision::bf16, precision::fp16) {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);

@@ -230,8 +230,7 @@ struct gdn_agent {
         return;
       }
       tile.store(ckpt, p.state.row_stride);
-      if constexpr (Policy::has_serving_copy)  // the pair's copy, regenerated from the master
-        tile.store(tile_ptr(p.serving, ck.wr, hv, t), p.serving.row_stride);
+      store_copy<gdn_agent>(tile, p, ck.wr, hv, t);  // a pair's copy, from the master
       if (has_current) tile.contract(s.q[0], s.o, s.scratch);
     } else {
       // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).

@@ -50,6 +50,23 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
       return r;
     if (p.serving.num_slots < p.state.num_slots)
       return fail(status::bad_shape, "gated_deltanet: serving has fewer slots than state");
+    if constexpr (Policy::scaled_copy) {
+      const auto& sc = p.serving_scale;
+      constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
+      if (sc.data == nullptr)
+        return fail(
+            status::null_pointer,
+            "gated_deltanet: serving_scale.data is null (an 8-bit copy needs its row scales)");
+      if (!detail::aligned(sc.data, 4))
+        return fail(status::misaligned_pointer,
+                    "gated_deltanet: serving_scale.data must be 4-byte aligned");
+      if (sc.head_stride < per_head || sc.slot_stride < int64_t(p.num_v_heads) * sc.head_stride)
+        return fail(status::bad_stride,
+                    "gated_deltanet: serving_scale strides overlap: need head_stride >= "
+                    "serving_scales_per_head, slot_stride >= heads * head_stride");
+      if (sc.num_slots < p.state.num_slots)
+        return fail(status::bad_shape, "gated_deltanet: serving_scale has fewer slots than state");
+    }
   }
   if (needs_step) {
     if (!p.in.q || !p.in.k || !p.in.v || !p.in.g || !p.in.beta || !p.in.out)

@@ -221,8 +221,7 @@ struct mamba2_agent {
         return;
       }
       tile.store(ckpt, p.state.row_stride);
-      if constexpr (Policy::has_serving_copy)  // the pair's copy, regenerated from the master
-        tile.store(tile_ptr(p.serving, ck.wr, h, t), p.serving.row_stride);
+      store_copy<mamba2_agent>(tile, p, ck.wr, h, t);  // a pair's copy, from the master
       if (has_current) tile.contract(s.C[0], s.y[0], nullptr);
     } else {
       replay_rows(tile, m, A);

@@ -23,14 +23,40 @@ REPLAYSSM_HD uint32_t draft_path(const spec_ref& spec, int b, int d) {
   return mask;
 }
 
+/// The scales of tile t of head h in pool slot `slot` (8-bit copies).
+template <class Agent>
+REPLAYSSM_DEVICE float* copy_scales(const typename Agent::params_t& p, int64_t slot, int h, int t) {
+  return p.serving_scale.data + slot * p.serving_scale.slot_stride +
+         h * p.serving_scale.head_stride + int64_t(t) * Agent::tile_t::scale_rows;
+}
+/// Pairs: the serving copy of pool slot `slot`, regenerated from a folded tile (no-op otherwise).
+template <class Agent, class Tile>
+REPLAYSSM_DEVICE void store_copy(const Tile& tile, const typename Agent::params_t& p, int64_t slot,
+                                 int h, int t) {
+  if constexpr (Agent::policy::scaled_copy)
+    store_scaled(tile, Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride,
+                 copy_scales<Agent>(p, slot, h, t));
+  else if constexpr (Agent::policy::has_serving_copy)
+    tile.store(Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride);
+}
+/// Pairs: loads the serving copy of pool slot `slot` (what output steps read).
+template <class Agent, class Tile>
+REPLAYSSM_DEVICE void load_copy(Tile& tile, const typename Agent::params_t& p, int64_t slot, int h,
+                                int t) {
+  if constexpr (Agent::policy::scaled_copy)
+    load_scaled(tile, Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride,
+                copy_scales<Agent>(p, slot, h, t));
+  else
+    tile.load(Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride);
+}
+
 /// Writes a folded checkpoint tile to pool slot `wr`: the master and, for a pair, the serving
 /// copy regenerated from it in the same launch.
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void store_checkpoint(const Tile& tile, const typename Agent::params_t& p,
                                        int64_t wr, int h, int t) {
   tile.store(Agent::tile_ptr(p.state, wr, h, t), p.state.row_stride);
-  if constexpr (Agent::policy::has_serving_copy)
-    tile.store(Agent::tile_ptr(p.serving, wr, h, t), p.serving.row_stride);
+  store_copy<Agent>(tile, p, wr, h, t);
 }
 
 /// Pairs: decode and verify load the serving copy (run_item); a launch that then folds needs the
@@ -120,7 +146,7 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
     return;
   }
   if constexpr (Agent::policy::has_serving_copy && (Op == op::decode || Op == op::verify))
-    tile.load(Agent::tile_ptr(p.serving, ck.rd, h, t), p.serving.row_stride);  // outputs
+    load_copy<Agent>(tile, p, ck.rd, h, t);  // what outputs read
   else
     tile.load(Agent::tile_ptr(p.state, ck.rd, h, t), p.state.row_stride);
   if constexpr (Op == op::verify)

@@ -3,6 +3,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include <replayssm/detail/config.cuh>
@@ -116,6 +117,7 @@ struct keep_major_tile {
   static constexpr int row_step = rows_per_pass * warps;
   static constexpr int frags = Keep / row_step;
   static constexpr int scratch_floats = 1;
+  static constexpr int scale_rows = Keep;  ///< rows of an 8-bit copy's scales per tile
   static_assert(Red % 4 == 0 && lanes_per_row <= 32 && 32 % lanes_per_row == 0,
                 "keep_major_tile: the contiguous (reduced) dimension must be 16, 32, 64 or 128.");
   static_assert(Keep % row_step == 0 && frags >= 1,
@@ -201,6 +203,7 @@ struct reduce_major_tile {
   static constexpr int row_step = rows_per_pass * warps;
   static constexpr int frags = Red / row_step;
   static constexpr int scratch_floats = warps * Keep;
+  static constexpr int scale_rows = Red;  ///< rows of an 8-bit copy's scales per tile
   static_assert(Keep % 4 == 0 && lanes_per_row <= 32 && 32 % lanes_per_row == 0,
                 "reduce_major_tile: the tile width (Tile columns of V) must be 16, 32, 64 or 128.");
   static_assert(Red % row_step == 0 && frags >= 1,
@@ -261,6 +264,73 @@ struct reduce_major_tile {
     }
   }
 };
+
+/// The 8-bit codes of a scaled serving copy: a value is its code times its row's scale, the
+/// scale being the row's largest magnitude over the code's largest finite value.
+template <class S>
+struct code8;
+template <>
+struct code8<__nv_fp8_e4m3> {
+  static constexpr float max = 448.f;
+  REPLAYSSM_HD static float decode(uint8_t c) {
+    __nv_fp8_e4m3 v;
+    v.__x = c;
+    return float(v);
+  }
+  REPLAYSSM_HD static uint8_t encode(float x) {  // round to nearest, saturating
+    return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+  }
+};
+template <>
+struct code8<int8_t> {
+  static constexpr float max = 127.f;
+  REPLAYSSM_HD static float decode(uint8_t c) { return float(int8_t(c)); }
+  REPLAYSSM_HD static uint8_t encode(float x) {  // round to nearest even, saturating
+    const float r = rintf(x);
+    return uint8_t(int8_t(r > 127.f ? 127.f : (r < -127.f ? -127.f : r)));
+  }
+};
+/// The scale of a row whose largest magnitude is amax (1 for an all-zero row).
+template <class S>
+REPLAYSSM_HD float row_scale(float amax) {
+  return amax > 0.f ? amax / code8<S>::max : 1.f;
+}
+
+/// Loads a tile from an 8-bit copy: four codes (4 bytes) per fragment times the row's scale
+/// (`scales[i]`: tile row i).
+template <class Tile, class S>
+REPLAYSSM_DEVICE void load_scaled(Tile& tile, const S* base, int64_t row_stride,
+                                  const float* scales) {
+#pragma unroll
+  for (int r = 0; r < Tile::frags; ++r) {
+    const uint32_t u = __ldcs(
+        reinterpret_cast<const unsigned int*>(base + Tile::row(r) * row_stride + Tile::col()));
+    const float sc = scales[Tile::row(r)];
+    tile.v[r] =
+        make_float4(code8<S>::decode(u & 0xff) * sc, code8<S>::decode((u >> 8) & 0xff) * sc,
+                    code8<S>::decode((u >> 16) & 0xff) * sc, code8<S>::decode(u >> 24) * sc);
+  }
+}
+/// Stores a tile as an 8-bit copy: each row's scale from its largest magnitude (reduced over the
+/// lanes that hold the row), then the codes of value / scale.
+template <class Tile, class S>
+REPLAYSSM_DEVICE void store_scaled(const Tile& tile, S* base, int64_t row_stride, float* scales) {
+  const int l = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < Tile::frags; ++r) {
+    const float4 v = tile.v[r];
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int off = Tile::lanes_per_row / 2; off > 0; off >>= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float sc = row_scale<S>(amax);
+    if (l % Tile::lanes_per_row == 0) scales[Tile::row(r)] = sc;
+    const uint32_t u =
+        uint32_t(code8<S>::encode(v.x / sc)) | (uint32_t(code8<S>::encode(v.y / sc)) << 8) |
+        (uint32_t(code8<S>::encode(v.z / sc)) << 16) | (uint32_t(code8<S>::encode(v.w / sc)) << 24);
+    __stcs(reinterpret_cast<unsigned int*>(base + Tile::row(r) * row_stride + Tile::col()), u);
+  }
+}
 
 /// Marks one more block of a slot as done with this launch; the last one writes the slot's new
 /// cursor and rearms the counter. Every block of the slot has consumed its read of the cursor
