@@ -106,7 +106,8 @@ using fp32_int8 = pair<int8_t>;         ///< fp32 master + int8 copy with row sc
 /// @tparam CommitInterval K: a decode step that fills the K-th buffered step commits the buffer
 ///         into the checkpoint in the same launch. K = 1 is eager.
 /// @tparam Precision the checkpoint's storage: `precision::fp32`, a single low-precision
-///         checkpoint (`precision::bf16`, `fp16`) or a pair (`precision::fp32_bf16`, `fp32_fp16`).
+///         checkpoint (`precision::bf16`, `fp16`) or a pair (`precision::fp32_bf16`, `fp32_fp16`,
+///         `fp32_fp8`, `fp32_int8`).
 /// @tparam Tile rows of P (Mamba-2) or columns of V (Gated DeltaNet) handled by one block.
 /// @tparam BlockThreads threads per block (a multiple of 32).
 /// @tparam PipelineStages 0: eager and decode launch one block per work item; >= 2: persistent
@@ -148,7 +149,7 @@ struct replay_policy {
                     std::is_same<master_type, __nv_bfloat16>::value ||
                     std::is_same<master_type, __half>::value,
                 "replay_policy: checkpoints are fp32, bf16 or fp16 (precision::fp32, bf16, fp16, "
-                "fp32_bf16, fp32_fp16).");
+                "or a pair: fp32_bf16, fp32_fp16, fp32_fp8, fp32_int8).");
   static_assert(std::is_same<serving_type, master_type>::value ||
                     std::is_same<serving_type, __nv_bfloat16>::value ||
                     std::is_same<serving_type, __half>::value ||

@@ -92,6 +92,8 @@ TEST_CASE("8-bit serving copies: codes round to nearest and saturate, scales cov
   CHECK(i8::decode(i8::encode(-300.f)) == -127.f);
   // A row's scale maps its largest magnitude to the largest code; an all-zero row keeps scale 1.
   CHECK(row_scale<__nv_fp8_e4m3>(0.f) == 1.f);
+  CHECK(row_scale<__nv_fp8_e4m3>(1e-44f) == 1.f);  // would underflow: codes of 0 instead
+  CHECK(i8::encode(std::nanf("")) == 0);
   CHECK(row_scale<int8_t>(2.54f) == 2.54f / 127.f);
   const float amax = 3.7f, sc = row_scale<__nv_fp8_e4m3>(amax);
   CHECK(fp8::decode(fp8::encode(amax / sc)) * sc == Approx(amax).epsilon(1e-6));

@@ -285,15 +285,16 @@ template <>
 struct code8<int8_t> {
   static constexpr float max = 127.f;
   REPLAYSSM_HD static float decode(uint8_t c) { return float(int8_t(c)); }
-  REPLAYSSM_HD static uint8_t encode(float x) {  // round to nearest even, saturating
+  REPLAYSSM_HD static uint8_t encode(float x) {  // round to nearest even, saturating; NaN -> 0
     const float r = rintf(x);
-    return uint8_t(int8_t(r > 127.f ? 127.f : (r < -127.f ? -127.f : r)));
+    return r != r ? uint8_t(0) : uint8_t(int8_t(r > 127.f ? 127.f : (r < -127.f ? -127.f : r)));
   }
 };
-/// The scale of a row whose largest magnitude is amax (1 for an all-zero row).
+/// The scale of a row whose largest magnitude is amax: 1 for an all-zero row, and for rows so
+/// small that amax / max would underflow (their codes are then 0).
 template <class S>
 REPLAYSSM_HD float row_scale(float amax) {
-  return amax > 0.f ? amax / code8<S>::max : 1.f;
+  return amax >= code8<S>::max * 1.17549435e-38f ? amax / code8<S>::max : 1.f;
 }
 
 /// Loads a tile from an 8-bit copy: four codes (4 bytes) per fragment times the row's scale
