@@ -299,6 +299,8 @@ void register_all() {
   };
   prec("bf16", bm_mamba2<m2prec<precision::bf16>>, bm_gdn<gdnprec<precision::bf16>>, false);
   prec("fp16", bm_mamba2<m2prec<precision::fp16>>, bm_gdn<gdnprec<precision::fp16>>, false);
+  prec("fp8", bm_mamba2<m2prec<precision::fp8>>, bm_gdn<gdnprec<precision::fp8>>, false);
+  prec("int8", bm_mamba2<m2prec<precision::int8>>, bm_gdn<gdnprec<precision::int8>>, false);
   prec("fp32_bf16", bm_mamba2<m2prec<precision::fp32_bf16>>, bm_gdn<gdnprec<precision::fp32_bf16>>,
        true);
   prec("fp32_fp16", bm_mamba2<m2prec<precision::fp32_fp16>>, bm_gdn<gdnprec<precision::fp32_fp16>>,

@@ -105,7 +105,8 @@ def main():
         for (rule, shape), cases in sorted(prec.items()):
             e32 = table.get((rule, shape), {}).get(("eager", 256))
             e16 = cases.get(("bf16", "eager"))
-            for scheme in ("bf16", "fp16", "fp32_bf16", "fp32_fp16", "fp32_fp8", "fp32_int8"):
+            for scheme in ("bf16", "fp16", "fp8", "int8", "fp32_bf16", "fp32_fp16", "fp32_fp8",
+                           "fp32_int8"):
                 w = cases.get((scheme, "replay_window_avg"))
                 if not w:
                     continue

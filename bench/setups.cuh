@@ -49,7 +49,7 @@ struct mamba2_setup {
         rot(b, rbench::rotation_sets(size_t(b) * h * P * N * 4)),
         pool(size_t(rot.num_slots()) * h * P * N),
         serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * h * P * N : 0),
-        scales(Policy::scaled_copy ? size_t(rot.num_slots()) * h * P : 0),
+        scales(Policy::scaled_copy || Policy::scaled_state ? size_t(rot.num_slots()) * h * P : 0),
         A(h),
         dt_bias(h),
         D(h),
@@ -112,6 +112,8 @@ struct mamba2_setup {
       p.serving = {serving.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
     if constexpr (Policy::scaled_copy)
       p.serving_scale = {scales.ptr, int64_t(H) * P, P, rot.num_slots()};
+    if constexpr (Policy::scaled_state)
+      p.state_scale = {scales.ptr, int64_t(H) * P, P, rot.num_slots()};
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
@@ -149,7 +151,7 @@ struct gdn_setup {
         rot(b, rbench::rotation_sets(size_t(b) * hv * KD * VD * 4)),
         pool(size_t(rot.num_slots()) * hv * KD * VD),
         serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * hv * KD * VD : 0),
-        scales(Policy::scaled_copy
+        scales(Policy::scaled_copy || Policy::scaled_state
                    ? size_t(rot.num_slots()) * hv * gdn_params<Policy>::serving_scales_per_head
                    : 0),
         g(size_t(b) * in_rows * hv),
@@ -210,6 +212,10 @@ struct gdn_setup {
     if constexpr (Policy::scaled_copy) {
       constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
       p.serving_scale = {scales.ptr, int64_t(H) * per_head, per_head, rot.num_slots()};
+    }
+    if constexpr (Policy::scaled_state) {
+      constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
+      p.state_scale = {scales.ptr, int64_t(H) * per_head, per_head, rot.num_slots()};
     }
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};

@@ -87,6 +87,9 @@ struct mamba2_params {
   basic_pool_ref<typename Policy::serving_type> serving;
   /// 8-bit copies: the scales of `serving`, `serving_scales_per_head` per head.
   scale_pool_ref serving_scale;
+  /// Single 8-bit checkpoints (`precision::fp8`, `int8`): the scales of `state`, laid out as
+  /// `serving_scale` (`serving_scales_per_head` per head).
+  scale_pool_ref state_scale;
   /// Scales per head of an 8-bit copy: one per row of P.
   static constexpr int serving_scales_per_head = Policy::rule::headdim;
 };

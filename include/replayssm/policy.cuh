@@ -68,6 +68,7 @@ struct fp32 {
   using serving_type = float;                      ///< checkpoint that output steps read
   static constexpr bool has_serving_copy = false;  ///< no separate copy: outputs read the master
   static constexpr bool scaled_copy = false;       ///< 8-bit copies carry per-row scales
+  static constexpr bool scaled_state = false;      ///< 8-bit checkpoints carry per-row scales
 };
 /// @brief One low-precision checkpoint (`__nv_bfloat16` or `__half`) that commits read, fold in
 /// fp32 and write back rounded: what engines do today with a 16-bit state, and the contrast to
@@ -78,6 +79,7 @@ struct single {
   using serving_type = T;
   static constexpr bool has_serving_copy = false;
   static constexpr bool scaled_copy = false;
+  static constexpr bool scaled_state = sizeof(T) == 1;  ///< 8-bit: codes x per-row scale
 };
 /// @brief A pair: an fp32 master that only commits read and write, and a low-precision serving
 /// copy (`__nv_bfloat16`, `__half`, or 8-bit `__nv_fp8_e4m3` / `int8_t` with an fp32 scale per
@@ -90,9 +92,12 @@ struct pair {
   using serving_type = T;
   static constexpr bool has_serving_copy = true;
   static constexpr bool scaled_copy = sizeof(T) == 1;  ///< 8-bit: codes x per-row scale
+  static constexpr bool scaled_state = false;
 };
 using bf16 = single<__nv_bfloat16>;     ///< one bf16 checkpoint
 using fp16 = single<__half>;            ///< one fp16 checkpoint
+using fp8 = single<__nv_fp8_e4m3>;      ///< one fp8 e4m3 checkpoint with row scales
+using int8 = single<int8_t>;            ///< one int8 checkpoint with row scales
 using fp32_bf16 = pair<__nv_bfloat16>;  ///< fp32 master + bf16 serving copy
 using fp32_fp16 = pair<__half>;         ///< fp32 master + fp16 serving copy
 using fp32_fp8 = pair<__nv_fp8_e4m3>;   ///< fp32 master + fp8 e4m3 copy with row scales
@@ -144,12 +149,16 @@ struct replay_policy {
                 "replay_policy: PipelineStages must be 0 (no pipeline) or 2 to 4.");
   using serving_type = typename Precision::serving_type;                 ///< type output steps read
   static constexpr bool has_serving_copy = Precision::has_serving_copy;  ///< a pair
-  static constexpr bool scaled_copy = Precision::scaled_copy;  ///< an 8-bit copy with scales
+  static constexpr bool scaled_copy = Precision::scaled_copy;    ///< an 8-bit copy with scales
+  static constexpr bool scaled_state = Precision::scaled_state;  ///< an 8-bit checkpoint
   static_assert(std::is_same<master_type, float>::value ||
                     std::is_same<master_type, __nv_bfloat16>::value ||
-                    std::is_same<master_type, __half>::value,
-                "replay_policy: checkpoints are fp32, bf16 or fp16 (precision::fp32, bf16, fp16, "
-                "or a pair: fp32_bf16, fp32_fp16, fp32_fp8, fp32_int8).");
+                    std::is_same<master_type, __half>::value ||
+                    std::is_same<master_type, __nv_fp8_e4m3>::value ||
+                    std::is_same<master_type, int8_t>::value,
+                "replay_policy: checkpoints are fp32, bf16, fp16, fp8 e4m3 or int8 "
+                "(precision::fp32, bf16, fp16, fp8, int8, or a pair: fp32_bf16, fp32_fp16, "
+                "fp32_fp8, fp32_int8).");
   static_assert(std::is_same<serving_type, master_type>::value ||
                     std::is_same<serving_type, __nv_bfloat16>::value ||
                     std::is_same<serving_type, __half>::value ||

@@ -41,7 +41,8 @@ mamba2_params<Policy> valid_mamba2() {
   p.in.out_batch_stride = 8 * 64;
   p.in.out_head_stride = 64;
   p.rows = {fake_i, -1, 4};
-  p.state = {fake_f, 8 * 64 * 128, 64 * 128, 128, 10};
+  using M = typename Policy::master_type;
+  p.state = {reinterpret_cast<M*>(fake_f), 8 * 64 * 128, 64 * 128, 128, 10};
   p.buffer = {fake_f, fake_f, fake_f};
   p.cursors = {fake_i, fake_u};
   return p;
@@ -293,6 +294,11 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     r = decode_step(q, nullptr);
     CHECK(r.code == status::bad_stride);
     CHECK(mentions(r, "serving_scale"));
+    using s8pol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::int8>;
+    auto e = valid_mamba2<s8pol>();
+    r = eager_step(e, nullptr);  // an 8-bit checkpoint needs its scales, eager or replay
+    CHECK(r.code == status::null_pointer);
+    CHECK(mentions(r, "state_scale"));
     static_assert(std::is_same<decltype(mamba2_params<spol>{}.state.data), __nv_bfloat16*>::value,
                   "a single bf16 checkpoint is a bf16 pool");
   }

@@ -229,7 +229,10 @@ struct gdn_agent {
                    other.row_stride);
         return;
       }
-      tile.store(ckpt, p.state.row_stride);
+      if constexpr (Policy::scaled_state)
+        store_master<gdn_agent>(tile, p, ck.wr, hv, t);
+      else
+        tile.store(ckpt, p.state.row_stride);
       store_copy<gdn_agent>(tile, p, ck.wr, hv, t);  // a pair's copy, from the master
       if (has_current) tile.contract(s.q[0], s.o, s.scratch);
     } else {

@@ -38,6 +38,23 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
       !r)
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
+  if constexpr (Policy::scaled_state) {
+    const auto& sc = p.state_scale;
+    constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
+    if (sc.data == nullptr)
+      return fail(
+          status::null_pointer,
+          "gated_deltanet: state_scale.data is null (an 8-bit checkpoint needs its row scales)");
+    if (!detail::aligned(sc.data, 4))
+      return fail(status::misaligned_pointer,
+                  "gated_deltanet: state_scale.data must be 4-byte aligned");
+    if (sc.head_stride < per_head || sc.slot_stride < int64_t(p.num_v_heads) * sc.head_stride)
+      return fail(status::bad_stride,
+                  "gated_deltanet: state_scale strides overlap: need head_stride >= "
+                  "serving_scales_per_head, slot_stride >= heads * head_stride");
+    if (sc.num_slots < p.state.num_slots)
+      return fail(status::bad_shape, "gated_deltanet: state_scale has fewer slots than state");
+  }
   if constexpr (Policy::has_serving_copy) {
     if (auto r = detail::check_pool(
             p.serving, p.num_v_heads, kv ? rule::head_k_dim : rule::head_v_dim,

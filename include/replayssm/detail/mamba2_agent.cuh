@@ -220,7 +220,10 @@ struct mamba2_agent {
             other.row_stride);
         return;
       }
-      tile.store(ckpt, p.state.row_stride);
+      if constexpr (Policy::scaled_state)
+        store_master<mamba2_agent>(tile, p, ck.wr, h, t);
+      else
+        tile.store(ckpt, p.state.row_stride);
       store_copy<mamba2_agent>(tile, p, ck.wr, h, t);  // a pair's copy, from the master
       if (has_current) tile.contract(s.C[0], s.y[0], nullptr);
     } else {

@@ -32,6 +32,21 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
       !r)
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
+  if constexpr (Policy::scaled_state) {
+    const auto& sc = p.state_scale;
+    constexpr int per_head = mamba2_params<Policy>::serving_scales_per_head;
+    if (sc.data == nullptr)
+      return fail(status::null_pointer,
+                  "mamba2: state_scale.data is null (an 8-bit checkpoint needs its row scales)");
+    if (!detail::aligned(sc.data, 4))
+      return fail(status::misaligned_pointer, "mamba2: state_scale.data must be 4-byte aligned");
+    if (sc.head_stride < per_head || sc.slot_stride < int64_t(p.nheads) * sc.head_stride)
+      return fail(status::bad_stride,
+                  "mamba2: state_scale strides overlap: need head_stride >= "
+                  "serving_scales_per_head, slot_stride >= heads * head_stride");
+    if (sc.num_slots < p.state.num_slots)
+      return fail(status::bad_shape, "mamba2: state_scale has fewer slots than state");
+  }
   if constexpr (Policy::has_serving_copy) {
     if (auto r = detail::check_pool(
             p.serving, p.nheads, rule::headdim, rule::dstate,

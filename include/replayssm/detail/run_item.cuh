@@ -29,6 +29,33 @@ REPLAYSSM_DEVICE float* copy_scales(const typename Agent::params_t& p, int64_t s
   return p.serving_scale.data + slot * p.serving_scale.slot_stride +
          h * p.serving_scale.head_stride + int64_t(t) * Agent::tile_t::scale_rows;
 }
+/// The scales of tile t of head h in pool slot `slot` (single 8-bit checkpoints).
+template <class Agent>
+REPLAYSSM_DEVICE float* state_scales(const typename Agent::params_t& p, int64_t slot, int h,
+                                     int t) {
+  return p.state_scale.data + slot * p.state_scale.slot_stride + h * p.state_scale.head_stride +
+         int64_t(t) * Agent::tile_t::scale_rows;
+}
+/// Loads the checkpoint (the master of a pair) of pool slot `slot`.
+template <class Agent, class Tile>
+REPLAYSSM_DEVICE void load_master(Tile& tile, const typename Agent::params_t& p, int64_t slot,
+                                  int h, int t) {
+  if constexpr (Agent::policy::scaled_state)
+    load_scaled(tile, Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride,
+                state_scales<Agent>(p, slot, h, t));
+  else
+    tile.load(Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
+}
+/// Stores a tile as the checkpoint (the master of a pair) of pool slot `slot`.
+template <class Agent, class Tile>
+REPLAYSSM_DEVICE void store_master(const Tile& tile, const typename Agent::params_t& p,
+                                   int64_t slot, int h, int t) {
+  if constexpr (Agent::policy::scaled_state)
+    store_scaled(tile, Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride,
+                 state_scales<Agent>(p, slot, h, t));
+  else
+    tile.store(Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
+}
 /// Pairs: the serving copy of pool slot `slot`, regenerated from a folded tile (no-op otherwise).
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void store_copy(const Tile& tile, const typename Agent::params_t& p, int64_t slot,
@@ -55,7 +82,7 @@ REPLAYSSM_DEVICE void load_copy(Tile& tile, const typename Agent::params_t& p, i
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void store_checkpoint(const Tile& tile, const typename Agent::params_t& p,
                                        int64_t wr, int h, int t) {
-  tile.store(Agent::tile_ptr(p.state, wr, h, t), p.state.row_stride);
+  store_master<Agent>(tile, p, wr, h, t);
   store_copy<Agent>(tile, p, wr, h, t);
 }
 
@@ -148,7 +175,7 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
   if constexpr (Agent::policy::has_serving_copy && (Op == op::decode || Op == op::verify))
     load_copy<Agent>(tile, p, ck.rd, h, t);  // what outputs read
   else
-    tile.load(Agent::tile_ptr(p.state, ck.rd, h, t), p.state.row_stride);
+    load_master<Agent>(tile, p, ck.rd, h, t);
   if constexpr (Op == op::verify)
     agent.process_verify(p, b, h, t, slot, tile, ck);
   else if constexpr (Op == op::eager_draft)
