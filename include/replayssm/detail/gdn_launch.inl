@@ -39,21 +39,17 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
   if constexpr (Policy::scaled_state) {
-    const auto& sc = p.state_scale;
-    constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
-    if (sc.data == nullptr)
-      return fail(
-          status::null_pointer,
-          "gated_deltanet: state_scale.data is null (an 8-bit checkpoint needs its row scales)");
-    if (!detail::aligned(sc.data, 4))
-      return fail(status::misaligned_pointer,
-                  "gated_deltanet: state_scale.data must be 4-byte aligned");
-    if (sc.head_stride < per_head || sc.slot_stride < int64_t(p.num_v_heads) * sc.head_stride)
-      return fail(status::bad_stride,
-                  "gated_deltanet: state_scale strides overlap: need head_stride >= "
-                  "serving_scales_per_head, slot_stride >= heads * head_stride");
-    if (sc.num_slots < p.state.num_slots)
-      return fail(status::bad_shape, "gated_deltanet: state_scale has fewer slots than state");
+    if (auto r = detail::check_scales(
+            p.state_scale, p.num_v_heads, gdn_params<Policy>::serving_scales_per_head,
+            p.state.num_slots,
+            "gated_deltanet: state_scale.data is null (an 8-bit checkpoint needs its row scales)",
+            "gated_deltanet: state_scale.data must be 4-byte aligned",
+            "gated_deltanet: state_scale strides overlap: need head_stride >= "
+            "serving_scales_per_head, "
+            "slot_stride >= heads * head_stride",
+            "gated_deltanet: state_scale has fewer slots than state");
+        !r)
+      return r;
   }
   if constexpr (Policy::has_serving_copy) {
     if (auto r = detail::check_pool(
@@ -68,21 +64,17 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
     if (p.serving.num_slots < p.state.num_slots)
       return fail(status::bad_shape, "gated_deltanet: serving has fewer slots than state");
     if constexpr (Policy::scaled_copy) {
-      const auto& sc = p.serving_scale;
-      constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
-      if (sc.data == nullptr)
-        return fail(
-            status::null_pointer,
-            "gated_deltanet: serving_scale.data is null (an 8-bit copy needs its row scales)");
-      if (!detail::aligned(sc.data, 4))
-        return fail(status::misaligned_pointer,
-                    "gated_deltanet: serving_scale.data must be 4-byte aligned");
-      if (sc.head_stride < per_head || sc.slot_stride < int64_t(p.num_v_heads) * sc.head_stride)
-        return fail(status::bad_stride,
-                    "gated_deltanet: serving_scale strides overlap: need head_stride >= "
-                    "serving_scales_per_head, slot_stride >= heads * head_stride");
-      if (sc.num_slots < p.state.num_slots)
-        return fail(status::bad_shape, "gated_deltanet: serving_scale has fewer slots than state");
+      if (auto r = detail::check_scales(
+              p.serving_scale, p.num_v_heads, gdn_params<Policy>::serving_scales_per_head,
+              p.state.num_slots,
+              "gated_deltanet: serving_scale.data is null (an 8-bit copy needs its row scales)",
+              "gated_deltanet: serving_scale.data must be 4-byte aligned",
+              "gated_deltanet: serving_scale strides overlap: need head_stride >= "
+              "serving_scales_per_head, "
+              "slot_stride >= heads * head_stride",
+              "gated_deltanet: serving_scale has fewer slots than state");
+          !r)
+        return r;
     }
   }
   if (needs_step) {

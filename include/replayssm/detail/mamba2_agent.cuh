@@ -117,6 +117,11 @@ struct mamba2_agent {
     }
   }
 
+  /// Folds staged step j into the state tile: h = exp(A dt_j) h + dt_j x_j B_j^T.
+  REPLAYSSM_DEVICE void fold_step(tile_t& tile, int j, float A) {
+    tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
+  }
+
   /// Replay output of the first m staged steps against the state tile, for the step whose C
   /// vector is s.C[0]: s.y[0][r] = exp(sum A dt) (h_c C)[r] + sum_j exp(L_j) dt_j
   /// (B_j . C) x_j[r] for the threads r < TR (D and z not applied). Call from all threads.
@@ -207,12 +212,11 @@ struct mamba2_agent {
 
     if (commit) {
       if constexpr (Op == op::decode) reload_master<mamba2_agent>(tile, p, ck.rd, h, t);  // (pairs)
-      auto fold = [&](int j) { tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]); };
       if (Op == op::decode && m == K) {  // the usual window: unrolled
 #pragma unroll
-        for (int j = 0; j < K; ++j) fold(j);
+        for (int j = 0; j < K; ++j) fold_step(tile, j, A);
       } else {
-        for (int j = 0; j < m; ++j) fold(j);
+        for (int j = 0; j < m; ++j) fold_step(tile, j, A);
       }
       if (Op == op::materialize) {
         tile.store(
@@ -377,7 +381,7 @@ struct mamba2_agent {
     __syncthreads();
     if (fold) {
       reload_master<mamba2_agent>(tile, p, ck.rd, h, t);  // (pairs: the outputs' copy is loaded)
-      for (int j = 0; j < n; ++j) tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
+      for (int j = 0; j < n; ++j) fold_step(tile, j, A);
       store_checkpoint<mamba2_agent>(tile, p, ck.wr, h, t);
       __syncthreads();   // the drafts are staged over the folded steps
       draft_rows again;  // requested again: holding them across the fold costs registers
@@ -424,7 +428,7 @@ struct mamba2_agent {
     __syncthreads();
     for (int d = 0; d < nd; ++d) {
       const int64_t r = int64_t(b) * MaxDraft + d;
-      tile.rank1(expf(A * s.dt[d]), s.B[d], s.x[d], s.dt[d]);
+      fold_step(tile, d, A);
       tile.store(other.data + r * other.slot_stride + h * other.head_stride +
                      int64_t(row0) * other.row_stride,
                  other.row_stride);

@@ -33,19 +33,16 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
     return r;
   if (auto r = detail::check_rows(p.rows, p.state.num_slots); !r) return r;
   if constexpr (Policy::scaled_state) {
-    const auto& sc = p.state_scale;
-    constexpr int per_head = mamba2_params<Policy>::serving_scales_per_head;
-    if (sc.data == nullptr)
-      return fail(status::null_pointer,
-                  "mamba2: state_scale.data is null (an 8-bit checkpoint needs its row scales)");
-    if (!detail::aligned(sc.data, 4))
-      return fail(status::misaligned_pointer, "mamba2: state_scale.data must be 4-byte aligned");
-    if (sc.head_stride < per_head || sc.slot_stride < int64_t(p.nheads) * sc.head_stride)
-      return fail(status::bad_stride,
-                  "mamba2: state_scale strides overlap: need head_stride >= "
-                  "serving_scales_per_head, slot_stride >= heads * head_stride");
-    if (sc.num_slots < p.state.num_slots)
-      return fail(status::bad_shape, "mamba2: state_scale has fewer slots than state");
+    if (auto r = detail::check_scales(
+            p.state_scale, p.nheads, mamba2_params<Policy>::serving_scales_per_head,
+            p.state.num_slots,
+            "mamba2: state_scale.data is null (an 8-bit checkpoint needs its row scales)",
+            "mamba2: state_scale.data must be 4-byte aligned",
+            "mamba2: state_scale strides overlap: need head_stride >= serving_scales_per_head, "
+            "slot_stride >= heads * head_stride",
+            "mamba2: state_scale has fewer slots than state");
+        !r)
+      return r;
   }
   if constexpr (Policy::has_serving_copy) {
     if (auto r = detail::check_pool(
@@ -58,20 +55,16 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
     if (p.serving.num_slots < p.state.num_slots)
       return fail(status::bad_shape, "mamba2: serving has fewer slots than state");
     if constexpr (Policy::scaled_copy) {
-      const auto& sc = p.serving_scale;
-      constexpr int per_head = mamba2_params<Policy>::serving_scales_per_head;
-      if (sc.data == nullptr)
-        return fail(status::null_pointer,
-                    "mamba2: serving_scale.data is null (an 8-bit copy needs its row scales)");
-      if (!detail::aligned(sc.data, 4))
-        return fail(status::misaligned_pointer,
-                    "mamba2: serving_scale.data must be 4-byte aligned");
-      if (sc.head_stride < per_head || sc.slot_stride < int64_t(p.nheads) * sc.head_stride)
-        return fail(status::bad_stride,
-                    "mamba2: serving_scale strides overlap: need head_stride >= "
-                    "serving_scales_per_head, slot_stride >= heads * head_stride");
-      if (sc.num_slots < p.state.num_slots)
-        return fail(status::bad_shape, "mamba2: serving_scale has fewer slots than state");
+      if (auto r = detail::check_scales(
+              p.serving_scale, p.nheads, mamba2_params<Policy>::serving_scales_per_head,
+              p.state.num_slots,
+              "mamba2: serving_scale.data is null (an 8-bit copy needs its row scales)",
+              "mamba2: serving_scale.data must be 4-byte aligned",
+              "mamba2: serving_scale strides overlap: need head_stride >= serving_scales_per_head, "
+              "slot_stride >= heads * head_stride",
+              "mamba2: serving_scale has fewer slots than state");
+          !r)
+        return r;
     }
   }
   if (needs_weights && p.weights.A == nullptr)

@@ -23,58 +23,51 @@ REPLAYSSM_HD uint32_t draft_path(const spec_ref& spec, int b, int d) {
   return mask;
 }
 
-/// The scales of tile t of head h in pool slot `slot` (8-bit copies).
-template <class Agent>
-REPLAYSSM_DEVICE float* copy_scales(const typename Agent::params_t& p, int64_t slot, int h, int t) {
-  return p.serving_scale.data + slot * p.serving_scale.slot_stride +
-         h * p.serving_scale.head_stride + int64_t(t) * Agent::tile_t::scale_rows;
+/// Tile (slot, h, t) of a pool, loaded or stored with the row scales `sc` when Scaled (8-bit
+/// storage) or plainly otherwise: the one way checkpoints and serving copies move.
+template <bool Scaled, class Agent, class Tile, class S>
+REPLAYSSM_DEVICE void load_tile(Tile& tile, const basic_pool_ref<S>& pool, const scale_pool_ref& sc,
+                                int64_t slot, int h, int t) {
+  if constexpr (Scaled)
+    load_scaled(
+        tile, Agent::tile_ptr(pool, slot, h, t), pool.row_stride,
+        sc.data + slot * sc.slot_stride + h * sc.head_stride + int64_t(t) * Tile::scale_rows);
+  else
+    tile.load(Agent::tile_ptr(pool, slot, h, t), pool.row_stride);
 }
-/// The scales of tile t of head h in pool slot `slot` (single 8-bit checkpoints).
-template <class Agent>
-REPLAYSSM_DEVICE float* state_scales(const typename Agent::params_t& p, int64_t slot, int h,
-                                     int t) {
-  return p.state_scale.data + slot * p.state_scale.slot_stride + h * p.state_scale.head_stride +
-         int64_t(t) * Agent::tile_t::scale_rows;
+template <bool Scaled, class Agent, class Tile, class S>
+REPLAYSSM_DEVICE void store_tile(const Tile& tile, const basic_pool_ref<S>& pool,
+                                 const scale_pool_ref& sc, int64_t slot, int h, int t) {
+  if constexpr (Scaled)
+    store_scaled(
+        tile, Agent::tile_ptr(pool, slot, h, t), pool.row_stride,
+        sc.data + slot * sc.slot_stride + h * sc.head_stride + int64_t(t) * Tile::scale_rows);
+  else
+    tile.store(Agent::tile_ptr(pool, slot, h, t), pool.row_stride);
 }
-/// Loads the checkpoint (the master of a pair) of pool slot `slot`.
+/// The checkpoint (a pair's master) of pool slot `slot`.
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void load_master(Tile& tile, const typename Agent::params_t& p, int64_t slot,
                                   int h, int t) {
-  if constexpr (Agent::policy::scaled_state)
-    load_scaled(tile, Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride,
-                state_scales<Agent>(p, slot, h, t));
-  else
-    tile.load(Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
+  load_tile<Agent::policy::scaled_state, Agent>(tile, p.state, p.state_scale, slot, h, t);
 }
-/// Stores a tile as the checkpoint (the master of a pair) of pool slot `slot`.
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void store_master(const Tile& tile, const typename Agent::params_t& p,
                                    int64_t slot, int h, int t) {
-  if constexpr (Agent::policy::scaled_state)
-    store_scaled(tile, Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride,
-                 state_scales<Agent>(p, slot, h, t));
-  else
-    tile.store(Agent::tile_ptr(p.state, slot, h, t), p.state.row_stride);
+  store_tile<Agent::policy::scaled_state, Agent>(tile, p.state, p.state_scale, slot, h, t);
 }
-/// Pairs: the serving copy of pool slot `slot`, regenerated from a folded tile (no-op otherwise).
-template <class Agent, class Tile>
-REPLAYSSM_DEVICE void store_copy(const Tile& tile, const typename Agent::params_t& p, int64_t slot,
-                                 int h, int t) {
-  if constexpr (Agent::policy::scaled_copy)
-    store_scaled(tile, Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride,
-                 copy_scales<Agent>(p, slot, h, t));
-  else if constexpr (Agent::policy::has_serving_copy)
-    tile.store(Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride);
-}
-/// Pairs: loads the serving copy of pool slot `slot` (what output steps read).
+/// Pairs: the serving copy of pool slot `slot` (what output steps read); a store regenerates it
+/// from a folded tile (no-op without a copy).
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void load_copy(Tile& tile, const typename Agent::params_t& p, int64_t slot, int h,
                                 int t) {
-  if constexpr (Agent::policy::scaled_copy)
-    load_scaled(tile, Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride,
-                copy_scales<Agent>(p, slot, h, t));
-  else
-    tile.load(Agent::tile_ptr(p.serving, slot, h, t), p.serving.row_stride);
+  load_tile<Agent::policy::scaled_copy, Agent>(tile, p.serving, p.serving_scale, slot, h, t);
+}
+template <class Agent, class Tile>
+REPLAYSSM_DEVICE void store_copy(const Tile& tile, const typename Agent::params_t& p, int64_t slot,
+                                 int h, int t) {
+  if constexpr (Agent::policy::has_serving_copy)
+    store_tile<Agent::policy::scaled_copy, Agent>(tile, p.serving, p.serving_scale, slot, h, t);
 }
 
 /// Writes a folded checkpoint tile to pool slot `wr`: the master and, for a pair, the serving
@@ -91,8 +84,7 @@ REPLAYSSM_DEVICE void store_checkpoint(const Tile& tile, const typename Agent::p
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void reload_master(Tile& tile, const typename Agent::params_t& p, int64_t rd,
                                     int h, int t) {
-  if constexpr (Agent::policy::has_serving_copy)
-    tile.load(Agent::tile_ptr(p.state, rd, h, t), p.state.row_stride);
+  if constexpr (Agent::policy::has_serving_copy) load_master<Agent>(tile, p, rd, h, t);
 }
 
 /// op::accept for work item (b, h, t): keeps row b's accepted drafts. They are moved to the

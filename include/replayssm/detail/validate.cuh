@@ -32,6 +32,19 @@ inline result check_pool(const basic_pool_ref<T>& pool, int heads, int rows, int
   return ok();
 }
 
+/// Checks the row scales of an 8-bit checkpoint or copy: `per_head` scales per head, `heads`
+/// heads per slot, at least `num_slots` slots. The messages name the failing array.
+inline result check_scales(const scale_pool_ref& sc, int heads, int per_head, int32_t num_slots,
+                           const char* what_null, const char* what_align, const char* what_stride,
+                           const char* what_slots) {
+  if (sc.data == nullptr) return fail(status::null_pointer, what_null);
+  if (!aligned(sc.data, 4)) return fail(status::misaligned_pointer, what_align);
+  if (sc.head_stride < per_head || sc.slot_stride < int64_t(heads) * sc.head_stride)
+    return fail(status::bad_stride, what_stride);
+  if (sc.num_slots < num_slots) return fail(status::bad_shape, what_slots);
+  return ok();
+}
+
 /// Checks the batch rows against the pool they index.
 inline result check_rows(const batch_ref& rows, int32_t num_slots) {
   if (rows.batch < 0) return fail(status::bad_shape, "batch must not be negative");
