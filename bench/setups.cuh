@@ -29,14 +29,49 @@ struct rotation {
   int num_slots() const { return batch * sets; }
 };
 
+/// The checkpoint storage of a setup for any precision scheme: the pool (a pair's masters), a
+/// pair's serving copy and the row scales of an 8-bit checkpoint or copy, filled with realistic
+/// values; `apply` points a launch's params at them.
+template <class Params>
+struct checkpoints {
+  using policy = typename Params::policy;
+  static constexpr int per_head = Params::serving_scales_per_head;
+  int heads, slots;
+  size_t elems;  // per slot
+  dev_array<typename policy::master_type> pool;
+  dev_array<typename policy::serving_type> serving;
+  dev_array<float> scales;
+  checkpoints(int h, int num_slots, size_t slot_elems, uint64_t seed, float lo, float hi,
+              uint64_t scale_seed)
+      : heads(h),
+        slots(num_slots),
+        elems(slot_elems),
+        pool(size_t(num_slots) * slot_elems),
+        serving(policy::has_serving_copy ? size_t(num_slots) * slot_elems : 0),
+        scales(policy::scaled_copy || policy::scaled_state ? size_t(num_slots) * h * per_head : 0) {
+    rbench::fill_random(pool, seed, lo, hi);
+    rbench::fill_random(serving, seed, lo, hi);
+    rbench::fill_random(scales, scale_seed, 0.001f, 0.002f);
+  }
+  void apply(Params& p, int64_t head_stride, int64_t row_stride) const {
+    p.state = {pool.ptr, int64_t(elems), head_stride, row_stride, slots};
+    if constexpr (policy::has_serving_copy)
+      p.serving = {serving.ptr, int64_t(elems), head_stride, row_stride, slots};
+    const scale_pool_ref sc{scales.ptr, int64_t(heads) * per_head, per_head, slots};
+    if constexpr (policy::scaled_copy) p.serving_scale = sc;
+    if constexpr (policy::scaled_state) p.state_scale = sc;
+  }
+  // Bytes of one slot's checkpoint (a pair's master) and of what output steps read.
+  double state_bytes() const { return double(sizeof(typename policy::master_type)) * elems; }
+  double serving_bytes() const { return double(sizeof(typename policy::serving_type)) * elems; }
+};
+
 template <class Policy>
 struct mamba2_setup {
   static constexpr int P = Policy::rule::headdim, N = Policy::rule::dstate, L = Policy::buffer_len;
   int H, G, batch;
   rotation rot;
-  dev_array<typename Policy::master_type> pool;      // checkpoints (masters of a pair)
-  dev_array<typename Policy::serving_type> serving;  // pairs: the serving copies
-  dev_array<float> scales;                           // 8-bit copies: their row scales
+  checkpoints<mamba2_params<Policy>> ckpt;
   dev_array<float> A, dt_bias, D, bdt;
   dev_array<T> x, dt, B, C, z, out, bx, bB;
   dev_array<int32_t> cursor;
@@ -47,9 +82,7 @@ struct mamba2_setup {
         G(g),
         batch(b),
         rot(b, rbench::rotation_sets(size_t(b) * h * P * N * 4)),
-        pool(size_t(rot.num_slots()) * h * P * N),
-        serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * h * P * N : 0),
-        scales(Policy::scaled_copy || Policy::scaled_state ? size_t(rot.num_slots()) * h * P : 0),
+        ckpt(h, rot.num_slots(), size_t(h) * P * N, 1, -0.5f, 0.5f, 30),
         A(h),
         dt_bias(h),
         D(h),
@@ -64,9 +97,6 @@ struct mamba2_setup {
         bB(size_t(rot.num_slots()) * L * g * N),
         cursor(rot.num_slots()),
         arrivals(rot.num_slots()) {
-    rbench::fill_random(pool, 1, -0.5f, 0.5f);
-    rbench::fill_random(serving, 1, -0.5f, 0.5f);
-    rbench::fill_random(scales, 30, 0.001f, 0.002f);
     rbench::fill_random(A, 2, -8.f, -0.05f);
     rbench::fill_random(dt_bias, 3, -1.f, 1.f);
     rbench::fill_random(D, 4, 0.5f, 1.5f);
@@ -107,25 +137,15 @@ struct mamba2_setup {
     p.in.out_batch_stride = H * P;
     p.in.out_head_stride = P;
     p.rows = {rot.set(set), -1, batch};
-    p.state = {pool.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
-    if constexpr (Policy::has_serving_copy)
-      p.serving = {serving.ptr, int64_t(state_elems()), int64_t(P) * N, N, rot.num_slots()};
-    if constexpr (Policy::scaled_copy)
-      p.serving_scale = {scales.ptr, int64_t(H) * P, P, rot.num_slots()};
-    if constexpr (Policy::scaled_state)
-      p.state_scale = {scales.ptr, int64_t(H) * P, P, rot.num_slots()};
+    ckpt.apply(p, int64_t(P) * N, N);
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
   }
   // Bytes one row must move: state (the checkpoint, or a pair's master; the copy output steps
   // read), one buffered step, the step's own inputs and output.
-  double state_bytes() const {
-    return double(sizeof(typename Policy::master_type)) * state_elems();
-  }
-  double serving_bytes() const {
-    return double(sizeof(typename Policy::serving_type)) * state_elems();
-  }
+  double state_bytes() const { return ckpt.state_bytes(); }
+  double serving_bytes() const { return ckpt.serving_bytes(); }
   double step_buffer_bytes() const { return sizeof(T) * (H * P + G * N) + 4.0 * H; }
   double io_bytes() const { return sizeof(T) * (3.0 * H * P + H + 2.0 * G * N); }
 };
@@ -136,9 +156,7 @@ struct gdn_setup {
   static constexpr int L = Policy::buffer_len;
   int H, G, batch;  // H = num_v_heads, G = num_k_heads
   rotation rot;
-  dev_array<typename Policy::master_type> pool;
-  dev_array<typename Policy::serving_type> serving;
-  dev_array<float> scales;  // 8-bit copies: their row scales
+  checkpoints<gdn_params<Policy>> ckpt;
   dev_array<float> g, beta, bks, bg, bbeta;
   dev_array<T> q, k, v, out, bk, bv;
   dev_array<int32_t> cursor;
@@ -149,11 +167,7 @@ struct gdn_setup {
         G(hk),
         batch(b),
         rot(b, rbench::rotation_sets(size_t(b) * hv * KD * VD * 4)),
-        pool(size_t(rot.num_slots()) * hv * KD * VD),
-        serving(Policy::has_serving_copy ? size_t(rot.num_slots()) * hv * KD * VD : 0),
-        scales(Policy::scaled_copy || Policy::scaled_state
-                   ? size_t(rot.num_slots()) * hv * gdn_params<Policy>::serving_scales_per_head
-                   : 0),
+        ckpt(hv, rot.num_slots(), size_t(hv) * KD * VD, 21, -0.3f, 0.3f, 31),
         g(size_t(b) * in_rows * hv),
         beta(size_t(b) * in_rows * hv),
         bks(size_t(rot.num_slots()) * L * hk),
@@ -167,9 +181,6 @@ struct gdn_setup {
         bv(size_t(rot.num_slots()) * L * hv * VD),
         cursor(rot.num_slots()),
         arrivals(rot.num_slots()) {
-    rbench::fill_random(pool, 21, -0.3f, 0.3f);
-    rbench::fill_random(serving, 21, -0.3f, 0.3f);
-    rbench::fill_random(scales, 31, 0.001f, 0.002f);
     rbench::fill_random(g, 22, -3.f, -0.01f);
     rbench::fill_random(beta, 23, 0.05f, 0.95f);
     rbench::fill_random(bks, 24, 0.05f, 0.2f);
@@ -206,27 +217,13 @@ struct gdn_setup {
     p.in.out_batch_stride = H * VD;
     p.in.out_head_stride = VD;
     p.rows = {rot.set(set), -1, batch};
-    p.state = {pool.ptr, int64_t(state_elems()), int64_t(KD) * VD, VD, rot.num_slots()};
-    if constexpr (Policy::has_serving_copy)
-      p.serving = {serving.ptr, int64_t(state_elems()), int64_t(KD) * VD, VD, rot.num_slots()};
-    if constexpr (Policy::scaled_copy) {
-      constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
-      p.serving_scale = {scales.ptr, int64_t(H) * per_head, per_head, rot.num_slots()};
-    }
-    if constexpr (Policy::scaled_state) {
-      constexpr int per_head = gdn_params<Policy>::serving_scales_per_head;
-      p.state_scale = {scales.ptr, int64_t(H) * per_head, per_head, rot.num_slots()};
-    }
+    ckpt.apply(p, int64_t(KD) * VD, VD);
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     return p;
   }
-  double state_bytes() const {
-    return double(sizeof(typename Policy::master_type)) * state_elems();
-  }
-  double serving_bytes() const {
-    return double(sizeof(typename Policy::serving_type)) * state_elems();
-  }
+  double state_bytes() const { return ckpt.state_bytes(); }
+  double serving_bytes() const { return ckpt.serving_bytes(); }
   double step_buffer_bytes() const { return sizeof(T) * (G * KD + H * VD) + 4.0 * (G + 2 * H); }
   double io_bytes() const { return sizeof(T) * (2.0 * G * KD + 2.0 * H * VD) + 8.0 * H; }
 };
