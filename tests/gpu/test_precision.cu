@@ -53,9 +53,9 @@ void run_precision(Case& c, int all_steps, std::mt19937_64& rng) {
   const int batch = 3, num_slots = 4;
   c.allocate(batch, num_slots, rng);
   const size_t out_n = c.out_row_elems();
-  // The checkpoint pool of the master type (the case's fp32 pool for pairs) and the copy.
+  // The checkpoint pool of the master type (the case's fp32 pool for pairs); a pair's copy is
+  // the case's serving_r (poisoned at allocation, set in its params).
   rtest::dev_array<M> typed(std::is_same<M, float>::value ? 0 : num_slots * c.state_elems());
-  rtest::dev_array<S> copy(pair ? num_slots * c.state_elems() : 0);
   using params_t = decltype(c.params(nullptr, nullptr, 0, -1, nullptr));
   constexpr int scales_per_head = params_t::serving_scales_per_head;
   const size_t scales_per_slot = size_t(c.heads()) * scales_per_head;
@@ -63,7 +63,6 @@ void run_precision(Case& c, int all_steps, std::mt19937_64& rng) {
   rtest::dev_array<float> state_scales(Policy::scaled_state ? num_slots * scales_per_slot : 0);
   if (state_scales.n) state_scales.poison();
   if (typed.n) typed.poison();
-  if (copy.n) copy.poison();
   if (scales.n) scales.poison();
   rtest::dev_array<int32_t> slots(batch), live(2);
   slots.upload({2, -1, 0});
@@ -71,7 +70,6 @@ void run_precision(Case& c, int all_steps, std::mt19937_64& rng) {
   auto params = [&](const int32_t* idx, int rows) {
     auto p = c.params(c.pool_r.ptr, idx, rows, -1, c.out_r.ptr);
     if constexpr (!std::is_same<M, float>::value) p.state = c.rows_pool(typed.ptr, num_slots);
-    if constexpr (pair) p.serving = c.rows_pool(copy.ptr, num_slots);
     if constexpr (Policy::scaled_copy)
       p.serving_scale = {scales.ptr, int64_t(scales_per_slot), scales_per_head, num_slots};
     if constexpr (Policy::scaled_state)
@@ -139,7 +137,7 @@ void run_precision(Case& c, int all_steps, std::mt19937_64& rng) {
   }
   if constexpr (pair) {  // the copy is the master rounded as the kernels round; others untouched
     const auto master = c.pool_r.download();
-    const auto cp = copy.download();
+    const auto cp = c.serving_r.download();
     std::vector<float> sc;
     if constexpr (Policy::scaled_copy) sc = scales.download();
     std::vector<unsigned char> want(sizeof(S) * c.state_elems());
