@@ -22,7 +22,7 @@ log="$OUT/ncu_kernels.txt"
 # profile LABEL KERNEL_REGEX BINARY FILTER: the first matching launch after 64 skipped ones.
 profile() {
   echo "===== $1" | tee -a "$log"
-  ncu --clock-control none --kernel-name "regex:$2" --launch-skip 64 --launch-count 1 \
+  ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$2" --launch-skip 64 --launch-count 1 \
     "${sections[@]}" "$3" --benchmark_filter="$4" --benchmark_min_time=0.05 \
     --benchmark_repetitions=1 >> "$log" 2>&1 || echo "ncu failed for $1" | tee -a "$log"
 }
