@@ -9,14 +9,31 @@ fraction of the measured copy / read bandwidth) and <out-dir>/commit_interval_sw
 """
 import argparse
 import json
+import sys
 import os
 import re
 from collections import defaultdict
 
 
-def load(path):
+def read_json(path):
+    """A benchmark JSON; one cut short (a run stopped by a time limit) is closed after its last
+    complete entry, with a warning, so that what was measured is not lost."""
     with open(path) as f:
-        data = json.load(f)
+        text = f.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        end = text.rfind("\n    },")
+        if end < 0:
+            raise
+        data = json.loads(text[:end] + "\n    }\n  ]\n}\n")
+        print(f"warning: {path} was cut short; using its first {len(data['benchmarks'])} entries",
+              file=sys.stderr)
+        return data
+
+
+def load(path):
+    data = read_json(path)
     rows = {}
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":

@@ -18,10 +18,13 @@ bench="$BIN/bench_decode"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv
 tmp=$(mktemp -d)
 
-# run_cases LOG PREFIX...: every test case in its own process, JOBS at a time.
+# run_cases LOG PREFIX...: every test case in its own process, JOBS at a time. Each case's output
+# is appended to LOG as soon as it ends (under a lock), so a run cut off by a time limit still
+# returns the cases that finished.
 run_cases() {
   local log=$1; shift
   local i=0 name
+  : > "$log"
   mapfile -t names < <("$tests" --list-test-names-only | sed '/^$/d')
   for name in "${names[@]}"; do
     while [[ $(jobs -r | wc -l) -ge $JOBS ]]; do sleep 0.2; done
@@ -29,12 +32,12 @@ run_cases() {
       rc=$?
       # Catch2 exits 0 when a filter matches nothing: that is a failure of this script.
       grep -q "No test cases matched" "$tmp/case_$i.log" && rc=8
-      echo "exit $rc :: $name" >> "$tmp/case_$i.log" ) &
+      echo "exit $rc :: $name" >> "$tmp/case_$i.log"
+      flock "$log" cat "$tmp/case_$i.log" >> "$log"
+      rm -f "$tmp/case_$i.log" ) &
     i=$((i + 1))
   done
   wait
-  cat "$tmp"/case_*.log > "$log"
-  rm -f "$tmp"/case_*.log
   local failed
   failed=$(grep -c "^exit [^0]" "$log")
   echo "$(grep -c '^exit 0' "$log") cases passed, $failed failed ($log)"
