@@ -72,8 +72,8 @@ for what in "${@:-all}"; do
     exe="$BIN/hybrid_stack_decode"; [[ -x "$exe" ]] || exe="$BIN/examples/hybrid_stack_decode"
     if [[ -x "$exe" ]]; then
       for rule in mamba2 gdn; do
-        echo "== hybrid_stack_decode $rule (${HYBRID_TOKENS:-300} tokens)"
-        "$exe" "$rule" "" 256 "${HYBRID_TOKENS:-300}" 2>&1 | tee -a "$OUT/examples.log" || rc=1
+        echo "== hybrid_stack_decode $rule (${HYBRID_TOKENS:-1000} tokens)"
+        "$exe" "$rule" "" 256 "${HYBRID_TOKENS:-1000}" 2>&1 | tee -a "$OUT/examples.log" || rc=1
       done
     fi
   fi
