@@ -50,13 +50,17 @@ def us(b):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("json")
+    ap.add_argument("json", nargs="+",
+                    help="bench_decode JSON(s); several (parts of one suite run in separate "
+                         "calls) are merged, a later file's entry replacing an earlier one's")
     ap.add_argument("--out-dir", default=os.path.dirname(os.path.abspath(__file__)) + "/results")
     ap.add_argument("--spec", default=None,
                     help="bench_spec JSON: adds the speculative-round table and spec_rounds.png")
     ap.add_argument("--summary", default="decode_summary.md", help="name of the summary file")
     args = ap.parse_args()
-    ctx, rows = load(args.json)
+    ctx, rows = load(args.json[0])
+    for extra in args.json[1:]:
+        rows.update(load(extra)[1])
     os.makedirs(args.out_dir, exist_ok=True)
 
     copy = max((b["bytes_per_second"] for n, b in rows.items() if n.startswith("copy/") and

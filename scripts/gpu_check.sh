@@ -2,13 +2,14 @@
 # Runs the GPU test suite, compute-sanitizer and the benchmarks on a machine with a GPU, from
 # binaries built elsewhere (BIN, default build) when that machine cannot build them itself:
 #   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|examples|pytorch|bench|all]...
-# Test cases run as parallel processes (JOBS, default 8): the float64 reference is the slow part.
+# Test cases run as parallel processes (JOBS, default: the number of cores): the float64
+# reference on the host is the slow part.
 # Logs and the benchmark JSON go to $OUT (8 files at most, what the lent machine returns).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN="${BIN:-build}"
 OUT="${OUT:-gpu_out}"
-JOBS="${JOBS:-8}"
+JOBS="${JOBS:-$(nproc)}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 tests="$BIN/replayssm_gpu_tests"
