@@ -4,7 +4,8 @@
 # device call can test the patch and measure it against HEAD in the same run:
 #   bash scripts/pack_patch_bins.sh bench/experiments/decode_one_wave.patch [folder, default .dev]
 # The folder then holds the patched replayssm_gpu_tests, bench_decode, bench_spec and examples,
-# and HEAD's benchmarks as base_bench_decode and base_bench_spec. There (about 8 minutes):
+# and HEAD's benchmarks as base_bench_decode and base_bench_spec. There: `BIN=.dev OUT=$OUT bash
+# scripts/ab_check.sh` (tests, then both sides' benchmarks and a table; ~6 minutes), or by hand:
 #   BIN=.dev OUT=$OUT bash scripts/gpu_check.sh tests
 #   for b in base_bench_decode bench_decode; do LD_LIBRARY_PATH=.dev .dev/$b \
 #     --benchmark_filter='^(mamba2|gdn)/[^/]+/K16/.*batch:256' --benchmark_min_time=0.1 \

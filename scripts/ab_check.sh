@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On a GPU machine, with the folder from scripts/pack_patch_bins.sh: runs the patched GPU tests,
+# then HEAD's and the patch's benchmarks back to back in the same run (batch 256, K = 16: the
+# four model shapes, the bf16 single and pair schemes, and the speculative round at T = 4), and
+# prints the patch's times over HEAD's. About 6 minutes on an H200.
+#   BIN=.dev OUT=/tmp/out bash scripts/ab_check.sh
+# Writes to $OUT: gpu_tests.log, {base,patch}_decode.json, {base,patch}_spec.json, ab_table.txt.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BIN="${BIN:-.dev}"
+OUT="${OUT:-gpu_out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+rc=0
+BIN="$BIN" OUT="$OUT" timeout "${TEST_TIMEOUT:-300}" bash scripts/gpu_check.sh tests | tail -n 5 || rc=1
+decode_filter='^(copy/|(mamba2|gdn)/[^/]+/K16/.*batch:256|precision/[^/]+/[^/]+/(bf16|fp32_bf16)/)'
+spec_filter='/T4/'
+args=(--benchmark_min_time="${BENCH_MIN_TIME:-0.1}" --benchmark_repetitions="${BENCH_REPS:-3}"
+      --benchmark_report_aggregates_only=true --benchmark_out_format=json)
+for side in base patch; do
+  prefix=""; [[ $side == base ]] && prefix="base_"
+  "$BIN/${prefix}bench_decode" --benchmark_filter="$decode_filter" "${args[@]}" \
+    --benchmark_out="$OUT/${side}_decode.json" > /dev/null 2>&1 || rc=1
+  "$BIN/${prefix}bench_spec" --benchmark_filter="$spec_filter" "${args[@]}" \
+    --benchmark_out="$OUT/${side}_spec.json" > /dev/null 2>&1 || rc=1
+done
+python3 - "$OUT" <<'PY' | tee "$OUT/ab_table.txt"
+import json, os, re, sys
+out = sys.argv[1]
+def medians(path):
+    try:
+        data = json.load(open(path))
+    except (OSError, ValueError) as e:
+        print(f"{path}: {e}")
+        return {}
+    rows = {}  # the median of repetitions, or the single run
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        rows[re.sub(r"/manual_time.*$", "", b.get("run_name", b["name"]))] = b["real_time"]
+    return rows
+for kind in ("decode", "spec"):
+    base = medians(os.path.join(out, f"base_{kind}.json"))
+    patch = medians(os.path.join(out, f"patch_{kind}.json"))
+    print(f"| {kind} case | HEAD us | patch us | patch / HEAD |")
+    print("| --- | --- | --- | --- |")
+    for name in base:
+        if name in patch:
+            print(f"| {name} | {base[name]:.1f} | {patch[name]:.1f} | {patch[name] / base[name]:.3f} |")
+PY
+exit $rc
