@@ -72,7 +72,7 @@ void run_case(benchmark::State& state, Setup& s, mode m) {
   auto set_cursors = [&](int set) {
     const int n = m == mode::commit ? K - 1 : (m == mode::replay ? K / 2 : 0);
     rbench::set_cursors_kernel<<<(s.batch + 127) / 128, 128, 0, stream>>>(
-        s.cursor.ptr, s.rot.set(set), s.batch, n, K, m == mode::window);
+        s.cursor.ptr, s.rot.set(set), s.batch, n, K, m == mode::window, set);
     RBENCH_CHECK(cudaGetLastError());
   };
   auto launch = [&](int set) {
@@ -88,10 +88,11 @@ void run_case(benchmark::State& state, Setup& s, mode m) {
   }
   RBENCH_CHECK(cudaStreamSynchronize(stream));
   // Every iteration times one step. In the window mode the rows sit at staggered cursors (row b
-  // at b mod K), so each step has the window's mix: 1/K of the rows commit and the others replay
-  // 0 .. K - 2 buffered steps, and the mean over iterations is the per-step average over a commit
-  // window. (Timing K launches per iteration, as before 2026-11-29, gives that mean at K times
-  // the wall time per measured second.)
+  // at (b + iteration) mod K), so a batch of K or more rows has the window's mix at every step
+  // (1/K of the rows commit, the others replay 0 .. K - 2 buffered steps) and any batch has it
+  // over K iterations: the mean over iterations is the per-step average over a commit window.
+  // (Timing K launches per iteration, as before 2026-11-29, gives that mean at K times the wall
+  // time per measured second.)
   for (auto _ : state) {
     const int set = it++;
     if (m != mode::eager) set_cursors(set);
