@@ -43,6 +43,15 @@ def load(path):
     return data.get("context", {}), rows
 
 
+def save_figure(fig, ax, path):
+    """The finish every figure here shares: time axis from 0, grid, legend, PNG."""
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def us(b):
     scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "us")]
     return b["real_time"] * scale
@@ -174,11 +183,7 @@ def main():
         ax.set_xlabel("tokens per row per round T (last accepted + drafts)")
         ax.set_ylabel("time per round (us), batch 256")
         ax.set_title(f"Speculative rounds, K = 16 ({ctx.get('device', '?')})")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out_dir, "spec_rounds.png"), dpi=120)
+        save_figure(fig, ax, os.path.join(args.out_dir, "spec_rounds.png"))
     if not sweep:
         print("wrote", args.out_dir, "(no commit-interval sweep in this JSON: no sweep plot)")
         return
@@ -194,11 +199,7 @@ def main():
     ax.set_xlabel("commit interval K (steps)")
     ax.set_ylabel("time per decode step (us), batch 256")
     ax.set_title(f"ReplaySSM per-step time vs K ({ctx.get('device', '?')})")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out_dir, "commit_interval_sweep.png"), dpi=120)
+    save_figure(fig, ax, os.path.join(args.out_dir, "commit_interval_sweep.png"))
     print("wrote", args.out_dir)
 
 

@@ -25,20 +25,16 @@ for side in base patch; do
     --benchmark_out="$OUT/${side}_spec.json" > /dev/null 2>&1 || rc=1
 done
 python3 - "$OUT" <<'PY' | tee "$OUT/ab_table.txt"
-import json, os, re, sys
+import os, sys
+sys.path.insert(0, "bench")
+from plot import load, us  # medians of repetitions (or single runs), times in us
 out = sys.argv[1]
 def medians(path):
     try:
-        data = json.load(open(path))
+        return {name: us(b) for name, b in load(path)[1].items()}
     except (OSError, ValueError) as e:
         print(f"{path}: {e}")
         return {}
-    rows = {}  # the median of repetitions, or the single run
-    for b in data["benchmarks"]:
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
-            continue
-        rows[re.sub(r"/manual_time.*$", "", b.get("run_name", b["name"]))] = b["real_time"]
-    return rows
 for kind in ("decode", "spec"):
     base = medians(os.path.join(out, f"base_{kind}.json"))
     patch = medians(os.path.join(out, f"patch_{kind}.json"))
