@@ -36,13 +36,18 @@ struct gdn_agent {
   static_assert(!Policy::has_serving_copy || (Op != op::eager && Op != op::eager_draft),
                 "eager steps keep one state: run the eager baseline with precision::fp32 or a "
                 "single low-precision checkpoint (precision::bf16, fp16), not a pair.");
-  static constexpr int min_blocks_per_sm =
-      0;  ///< no bound: the state tile alone takes 128 registers
+  /// Resident blocks per SM the registers must allow (0: no bound). The state tile alone takes
+  /// 128 registers at 128 threads; decode, which stages its buffer rows in one wave, is held to 3
+  /// blocks (170 registers), which the compiler otherwise exceeds (measured with bf16 inputs at
+  /// L = 16; fp32 inputs or a longer buffer spill under this bound).
+  static constexpr int min_blocks_per_sm = (Op == op::decode && NT == 128) ? 3 : 0;
   // Steps staged at once: the buffered steps (up to L), plus the current one for decode.
   static constexpr int S = (Op == op::eager)         ? 1
                            : (Op == op::eager_draft) ? MaxDraft
                            : (Op == op::decode)      ? L + 1
                                                      : L;
+  // Buffered rows decode stages at most (it clamps its cursor to L - 1).
+  static constexpr int NB = L > 1 ? L - 1 : 1;
   static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
@@ -73,7 +78,6 @@ struct gdn_agent {
     alignas(16) float c[NQ][S];   // beta_j (k_j . r_j) from the sweep, per query
     alignas(16) float ksc[S];     // normalisation factor of k_j
     alignas(16) float q[NQ][KD];  // normalised, scaled q
-    alignas(16) float r[KD];      // M_1 ... M_n q (decode; verify sweeps in place in q)
     alignas(16) float o[VT];
     alignas(16) float kh[VT];
     alignas(16) float u[VT];
@@ -175,8 +179,28 @@ struct gdn_agent {
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
+    slot_arrival arrival;
 
-    if (Op != op::eager) {
+    if constexpr (Op == op::decode) {  // the buffered rows, all requested before any is used
+      staged_rows<NB, KD, NT, T> kq;
+      staged_rows<NB, VT, NT, T> vq;
+      kq.load(p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD, n);
+      vq.load(p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0, int64_t(Hv) * VD, n);
+      float gq = 0.f, bq = 0.f, kscq = 0.f;
+      if (int(threadIdx.x) < n) {
+        const int j = threadIdx.x;
+        gq = p.buffer.g[buf_step(slot, j) * Hv + hv];
+        bq = p.buffer.beta[buf_step(slot, j) * Hv + hv];
+        kscq = p.buffer.kscale[buf_step(slot, j) * Hk + hk];
+      }
+      kq.store(s.k, n);
+      vq.store(s.v, n);
+      if (int(threadIdx.x) < n) {
+        s.g[threadIdx.x] = gq;
+        s.beta[threadIdx.x] = bq;
+        s.ksc[threadIdx.x] = kscq;
+      }
+    } else if (Op != op::eager) {  // flush, materialize: one matrix at a time (fewer registers)
       stage_rows<S, KD, NT>(s.k, p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD,
                             n);
       stage_rows<S, VT, NT>(s.v, p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0,
@@ -199,6 +223,9 @@ struct gdn_agent {
         s.beta[n] = beta_cur;
       }
       __syncthreads();
+      // Decode arrives here: every thread has used its read of the cursor (and of the checkpoint
+      // index) before the barrier, so the atomic's round trip overlaps the rest of the item.
+      if constexpr (Op == op::decode) arrival.arrive(p.cursors.arrivals, slot);
       if (threadIdx.x < 32) {  // the step's own normalisation factors
         float qq = 0.f, kk = 0.f;
         for (int e = threadIdx.x; e < KD; e += 32) {
@@ -236,31 +263,10 @@ struct gdn_agent {
       store_copy<gdn_agent>(tile, p, ck.wr, hv, t);  // a pair's copy, from the master
       if (has_current) tile.contract(s.q[0], s.o, s.scratch);
     } else {
-      // Backward sweep: r = M_1 ... M_n q, c_j = beta_j k_j . (M_{j+1} ... M_n q).
-      if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        float r[RPL];
-#pragma unroll
-        for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[0][lane + 32 * e] : 0.f;
-        for (int j = m - 1; j >= 0; --j) {
-          float d = 0.f;
-#pragma unroll
-          for (int e = 0; e < RPL; ++e)
-            if (lane + 32 * e < KD) d = fmaf(s.k[j][lane + 32 * e], r[e], d);
-          d = warp_sum(d);
-          const float alpha = expf(s.g[j]);
-          const float bc = s.beta[j] * d;
-#pragma unroll
-          for (int e = 0; e < RPL; ++e)
-            if (lane + 32 * e < KD) r[e] = alpha * fmaf(-bc, s.k[j][lane + 32 * e], r[e]);
-          if (lane == 0) s.c[0][j] = bc;
-        }
-#pragma unroll
-        for (int e = 0; e < RPL; ++e)
-          if (lane + 32 * e < KD) s.r[lane + 32 * e] = r[e];
-      }
+      // Backward sweep: q <- M_1 ... M_m q, c_j = beta_j k_j . (M_{j+1} ... M_m q).
+      if (threadIdx.x < 32) sweep(0, m, m, 0u);
       __syncthreads();
-      tile.contract(s.r, s.o, s.scratch);
+      tile.contract(s.q[0], s.o, s.scratch);
       if (threadIdx.x < VT) {
         float o = s.o[threadIdx.x];
         for (int j = 0; j < m; ++j) o = fmaf(s.c[0][j], s.v[j][threadIdx.x], o);
@@ -286,10 +292,13 @@ struct gdn_agent {
     if (has_current && threadIdx.x < VT)
       p.in.out[b * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
           from_float<T>(s.o[threadIdx.x]);
-    if (Op == op::decode || Op == op::flush)
-      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
-                            commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
-                            commit ? ck.wr : ck.rd);
+    if constexpr (Op == op::decode)
+      arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
+                     commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
+                     commit ? ck.wr : ck.rd);
+    if constexpr (Op == op::flush)
+      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot, 0,
+                            Branch ? p.branch.ckpt_of : nullptr, ck.wr);
   }
 
   /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block

@@ -38,6 +38,8 @@ struct mamba2_agent {
                            : (Op == op::eager_draft) ? MaxDraft
                            : (Op == op::decode)      ? L
                                                      : L;
+  // Buffered rows decode stages at most (it clamps its cursor to L - 1).
+  static constexpr int NB = L > 1 ? L - 1 : 1;
   using tile_t = keep_major_tile<TR, N, NT>;
   static_assert(P % TR == 0,
                 "mamba2: the policy's Tile (rows of headdim per block) must divide headdim.");
@@ -187,12 +189,29 @@ struct mamba2_agent {
       if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
     }
     const float A = p.weights.A[h];
+    // The output's D and gate, requested now rather than after the reduction.
+    float D = 0.f, gate = 0.f;
+    if (has_current) {
+      if (p.weights.D) D = p.weights.D[h];
+      if (p.in.z && threadIdx.x < TR)
+        gate = to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + threadIdx.x]);
+    }
     const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
 
-    if (Op != op::eager) {
+    if constexpr (Op == op::decode) {  // the buffered rows, all requested before any is used
+      staged_rows<NB, N, NT, T> Bq;
+      staged_rows<NB, TR, NT, T> xq;
+      Bq.load(p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N, int64_t(p.ngroups) * N, n);
+      xq.load(p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0, int64_t(H) * P, n);
+      const float dtq =
+          int(threadIdx.x) < n ? p.buffer.dt[buf_step(slot, threadIdx.x) * H + h] : 0.f;
+      Bq.store(s.B, n);
+      xq.store(s.x, n);
+      if (int(threadIdx.x) < n) s.dt[threadIdx.x] = dtq;
+    } else if (Op != op::eager) {  // flush, materialize: one matrix at a time (fewer registers)
       stage_rows<S, N, NT>(s.B, p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N,
                            int64_t(p.ngroups) * N, n);
       stage_rows<S, TR, NT>(s.x, p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0,
@@ -209,6 +228,10 @@ struct mamba2_agent {
       if (threadIdx.x == 0) s.dt[n] = dt_cur;
     }
     __syncthreads();
+    // Decode arrives here: every thread has used its read of the cursor (and of the checkpoint
+    // index) before the barrier, so the atomic's round trip overlaps the rest of the item.
+    slot_arrival arrival;
+    if constexpr (Op == op::decode) arrival.arrive(p.cursors.arrivals, slot);
 
     if (commit) {
       if constexpr (Op == op::decode) reload_master<mamba2_agent>(tile, p, ck.rd, h, t);  // (pairs)
@@ -246,15 +269,17 @@ struct mamba2_agent {
     if (has_current && threadIdx.x < TR) {
       const int r = threadIdx.x;
       float y = s.y[0][r];
-      if (p.weights.D) y = fmaf(p.weights.D[h], x_cur, y);
-      if (p.in.z)
-        y *= silu(to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + r]));
+      if (p.weights.D) y = fmaf(D, x_cur, y);
+      if (p.in.z) y *= silu(gate);
       p.in.out[b * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + r] = from_float<T>(y);
     }
-    if (Op == op::decode || Op == op::flush)
-      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
-                            commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
-                            commit ? ck.wr : ck.rd);
+    if constexpr (Op == op::decode)
+      arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
+                     commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
+                     commit ? ck.wr : ck.rd);
+    if constexpr (Op == op::flush)
+      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot, 0,
+                            Branch ? p.branch.ckpt_of : nullptr, ck.wr);
   }
 
   /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block

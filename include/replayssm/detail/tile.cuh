@@ -333,56 +333,86 @@ REPLAYSSM_DEVICE void store_scaled(const Tile& tile, S* base, int64_t row_stride
   }
 }
 
-/// Marks one more block of a slot as done with this launch; the last one writes the slot's new
-/// cursor and rearms the counter. Every block of the slot has consumed its read of the cursor
-/// (the barrier orders all its threads' uses before the arrival), so no block can see the new
-/// value in the same launch. No fence is needed: nothing else this launch writes is read by
-/// another block of the same launch. Call from all threads.
-/// With `ckpt_of` (branching), the last block also records where the slot's checkpoint now is.
-REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals, int64_t slot,
-                                            uint32_t blocks_per_slot, int32_t new_cursor,
-                                            int32_t* ckpt_of = nullptr, int64_t new_ckpt = 0) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t prev = atomicAdd(arrivals + slot, 1u);
-    if (prev == blocks_per_slot - 1) {
+/// A block's arrival at the end of its use of a slot's cursor: the last of the slot's blocks to
+/// arrive writes the slot's new cursor (and, when branching, its checkpoint index) and rearms
+/// the counter. `arrive` must follow a block barrier that comes after every thread's last read of
+/// the cursor and checkpoint index (the barrier orders all its threads' uses before the atomic),
+/// so no block can see the new value in the same launch; `finish` may come much later (decode
+/// arrives as soon as it has staged its inputs, so the atomic's round trip overlaps its work).
+/// No fence is needed: nothing else this launch writes is read by another block of the launch.
+/// Relies on the launch contract that a slot appears in at most one row (cache.cuh): two rows of
+/// one slot would race on its cursor, the more so as decode arrives early.
+struct slot_arrival {
+  uint32_t prev = 0;
+  REPLAYSSM_DEVICE void arrive(uint32_t* arrivals, int64_t slot) {
+    if (threadIdx.x == 0) prev = atomicAdd(arrivals + slot, 1u);
+  }
+  REPLAYSSM_DEVICE void finish(int32_t* cursor, uint32_t* arrivals, int64_t slot,
+                               uint32_t blocks_per_slot, int32_t new_cursor,
+                               int32_t* ckpt_of = nullptr, int64_t new_ckpt = 0) const {
+    if (threadIdx.x == 0 && prev == blocks_per_slot - 1) {
       arrivals[slot] = 0u;
       cursor[slot] = new_cursor;
       if (ckpt_of) ckpt_of[slot] = int32_t(new_ckpt);
     }
   }
+};
+
+/// Barrier, arrival and finish at once, for launches that read the cursor until their end.
+/// Call from all threads.
+REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals, int64_t slot,
+                                            uint32_t blocks_per_slot, int32_t new_cursor,
+                                            int32_t* ckpt_of = nullptr, int64_t new_ckpt = 0) {
+  __syncthreads();
+  slot_arrival a;
+  a.arrive(arrivals, slot);
+  a.finish(cursor, arrivals, slot, blocks_per_slot, new_cursor, ckpt_of, new_ckpt);
 }
 
-/// Copies rows [0, n) of a `[rows][W]` matrix of T in global memory (row j at `src + j * stride`,
-/// 16-byte aligned) into `dst[j][0..W)` as floats. All loads are issued before the first store,
-/// so a block pays one memory latency for the whole buffer, not one per row. Call from all
-/// threads; n <= S.
+/// Rows of a `[rows][W]` matrix of T in global memory (row j at `src + j * stride`, 16-byte
+/// aligned), requested with 16-byte loads all at once by `load` and converted into
+/// `dst[j][0..W)` floats by `store`, which may keep fewer rows than were loaded: a block can
+/// request rows before it knows how many it needs, and pays one memory latency for all of them.
+/// Call from all threads; rows <= S.
 template <int S, int W, int NT, class T>
-REPLAYSSM_DEVICE void stage_rows(float (*dst)[W], const T* src, int64_t stride, int n) {
-  constexpr int vec = 16 / sizeof(T);
+struct staged_rows {
+  static constexpr int vec = 16 / sizeof(T);
   static_assert(W % vec == 0,
-                "stage_rows: a buffered row must be a whole number of 16-byte chunks");
-  constexpr int chunks_per_row = W / vec;
-  constexpr int iters = (S * chunks_per_row + NT - 1) / NT;
-  const int chunks = n * chunks_per_row;
+                "staged_rows: a buffered row must be a whole number of 16-byte chunks");
+  static constexpr int chunks_per_row = W / vec;
+  static constexpr int iters = (S * chunks_per_row + NT - 1) / NT;
   uint4 v[iters];
+  REPLAYSSM_DEVICE void load(const T* src, int64_t stride, int rows) {
 #pragma unroll
-  for (int it = 0; it < iters; ++it) {
-    const int c = threadIdx.x + it * NT;
-    if (c < chunks)
-      v[it] = __ldg(reinterpret_cast<const uint4*>(src + (c / chunks_per_row) * stride +
-                                                   (c % chunks_per_row) * vec));
-  }
-#pragma unroll
-  for (int it = 0; it < iters; ++it) {
-    const int c = threadIdx.x + it * NT;
-    if (c < chunks) {
-      const T* e = reinterpret_cast<const T*>(&v[it]);
-      float* d = &dst[c / chunks_per_row][(c % chunks_per_row) * vec];
-#pragma unroll
-      for (int k = 0; k < vec; ++k) d[k] = to_float(e[k]);
+    for (int it = 0; it < iters; ++it) {
+      const int c = threadIdx.x + it * NT;
+      if (c < rows * chunks_per_row)
+        v[it] = __ldg(reinterpret_cast<const uint4*>(src + (c / chunks_per_row) * stride +
+                                                     (c % chunks_per_row) * vec));
     }
   }
+  /// Rows [0, rows) of those loaded.
+  REPLAYSSM_DEVICE void store(float (*dst)[W], int rows) const {
+#pragma unroll
+    for (int it = 0; it < iters; ++it) {
+      const int c = threadIdx.x + it * NT;
+      if (c < rows * chunks_per_row) {
+        const T* e = reinterpret_cast<const T*>(&v[it]);
+        float* d = &dst[c / chunks_per_row][(c % chunks_per_row) * vec];
+#pragma unroll
+        for (int k = 0; k < vec; ++k) d[k] = to_float(e[k]);
+      }
+    }
+  }
+};
+
+/// Copies rows [0, n) (n <= S) of a `[rows][W]` matrix into `dst` (staged_rows, loaded and
+/// stored at once). Call from all threads.
+template <int S, int W, int NT, class T>
+REPLAYSSM_DEVICE void stage_rows(float (*dst)[W], const T* src, int64_t stride, int n) {
+  staged_rows<S, W, NT, T> rows;
+  rows.load(src, stride, n);
+  rows.store(dst, n);
 }
 
 /// Rows [0, n) (n <= MaxRows) of a strided matrix of T in global memory (row j at
