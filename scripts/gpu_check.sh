@@ -65,7 +65,7 @@ for what in "${@:-all}"; do
     done
   fi
   if [[ $what == examples || $what == all ]]; then
-    for demo in quickstart_mamba2 quickstart_gdn; do
+    for demo in quickstart_mamba2 quickstart_gdn graph_serving; do
       exe="$BIN/$demo"; [[ -x "$exe" ]] || exe="$BIN/examples/$demo"
       echo "== $demo"; "$exe" 2>&1 | tee -a "$OUT/examples.log" | tail -n 3 || rc=1
       [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1

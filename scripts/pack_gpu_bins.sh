@@ -8,13 +8,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dest="${1:-.dev}"
 source scripts/run_tests.sh  # the shared set-up functions (main does not run when sourced)
 replayssm_configure
-targets=(replayssm_gpu_tests bench_decode bench_spec quickstart_mamba2 quickstart_gdn
-         hybrid_stack_decode)
+examples=(quickstart_mamba2 quickstart_gdn graph_serving hybrid_stack_decode)
+targets=(replayssm_gpu_tests bench_decode bench_spec "${examples[@]}")
 cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${targets[@]}"
 mkdir -p "$dest"
 cp "$BUILD_DIR/tests/replayssm_gpu_tests" "$BUILD_DIR/bench/bench_decode" \
-   "$BUILD_DIR/bench/bench_spec" "$BUILD_DIR/examples/quickstart_mamba2" \
-   "$BUILD_DIR/examples/quickstart_gdn" "$BUILD_DIR/examples/hybrid_stack_decode" "$dest/"
+   "$BUILD_DIR/bench/bench_spec" "${examples[@]/#/$BUILD_DIR/examples/}" "$dest/"
 lib=$(ldconfig -p | awk '/libbenchmark.so.1debian/ {print $NF; exit}')
 [[ -n "$lib" ]] && cp "$lib" "$dest/"
 ls -la "$dest"
