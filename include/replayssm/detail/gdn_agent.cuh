@@ -292,13 +292,7 @@ struct gdn_agent {
     if (has_current && threadIdx.x < VT)
       p.in.out[b * p.in.out_batch_stride + hv * p.in.out_head_stride + v0 + threadIdx.x] =
           from_float<T>(s.o[threadIdx.x]);
-    if constexpr (Op == op::decode)
-      arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
-                     commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
-                     commit ? ck.wr : ck.rd);
-    if constexpr (Op == op::flush)
-      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot, 0,
-                            Branch ? p.branch.ckpt_of : nullptr, ck.wr);
+    finish_cursor<Op, Branch>(p, arrival, slot, blocks_per_slot, n, commit, ck);
   }
 
   /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block

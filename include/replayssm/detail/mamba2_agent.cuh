@@ -273,13 +273,7 @@ struct mamba2_agent {
       if (p.in.z) y *= silu(gate);
       p.in.out[b * p.in.out_batch_stride + h * p.in.out_head_stride + row0 + r] = from_float<T>(y);
     }
-    if constexpr (Op == op::decode)
-      arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
-                     commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
-                     commit ? ck.wr : ck.rd);
-    if constexpr (Op == op::flush)
-      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot, 0,
-                            Branch ? p.branch.ckpt_of : nullptr, ck.wr);
+    finish_cursor<Op, Branch>(p, arrival, slot, blocks_per_slot, n, commit, ck);
   }
 
   /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block

@@ -132,6 +132,21 @@ REPLAYSSM_DEVICE void fork_item(Agent& agent, const typename Agent::params_t& p,
                         ckpt);
 }
 
+/// The end of a decode or flush item: the slot's last block to arrive sets its cursor (0 after a
+/// commit, else n + 1) and, with branches, which pool slot now holds its checkpoint. Decode
+/// arrived right after its staging barrier (`arrival`); flush arrives here. Call from all threads.
+template <op Op, bool Branch, class Params>
+REPLAYSSM_DEVICE void finish_cursor(const Params& p, const slot_arrival& arrival, int64_t slot,
+                                    uint32_t blocks_per_slot, int n, bool commit, ckpt_slots ck) {
+  if constexpr (Op == op::decode)
+    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
+                   commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
+                   commit ? ck.wr : ck.rd);
+  if constexpr (Op == op::flush)
+    arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot, 0,
+                          Branch ? p.branch.ckpt_of : nullptr, ck.wr);
+}
+
 template <class Agent>
 REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, int b, int h, int t,
                                const state_pool_ref& other) {
