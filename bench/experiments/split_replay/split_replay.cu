@@ -1,0 +1,861 @@
+// Split replay prototype: does a Mamba-2 replay (non-commit) decode step reach the read-only
+// bandwidth floor once the state-independent work (B.C dots, decay weights) moves to its own small
+// kernel? See README.md next to this file. Standalone: no library headers, no Google Benchmark.
+//
+// Build (from the repository root, one line):
+// clang-format off
+//   nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -o .dev3/split_replay bench/experiments/split_replay/split_replay.cu
+// clang-format on
+// Run: .dev3/split_replay [batch = 256] [timed launches = 30]
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+static void check_cuda(cudaError_t e, const char* what, const char* file, int line) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s:%d: CUDA error in %s: %s\n", file, line, what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+#define CHECK(expr) check_cuda((expr), #expr, __FILE__, __LINE__)
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// Shape: Mamba-2 H128 (Nemotron-3-Super-like), buffer of L = K = 16 steps.
+constexpr int H = 128;       // nheads
+constexpr int P = 64;        // headdim
+constexpr int N = 128;       // dstate
+constexpr int G = 8;         // ngroups
+constexpr int HPG = H / G;   // heads per group
+constexpr int L = 16;        // buffer length; coef holds L weights per (row, head)
+constexpr int n_timed = 15;  // buffered steps in the timed runs: the replay step before a commit
+constexpr int num_sets = 4;  // disjoint state pools rotated through, so L2 never holds the state
+constexpr unsigned full_mask = 0xffffffffu;
+
+// Everything one replay step touches. The workspace (coef, decay) is per batch row.
+struct replay_args {
+  int batch;
+  const int32_t* slot_idx;  // [batch] row -> slot
+  const int32_t* cursor;    // [slots] buffered steps n (read only here: the advance is not modeled)
+  const float* state;       // [slots][H][P][N] fp32 checkpoints
+  bf16* buf_x;              // [slots][L][H][P]
+  bf16* buf_B;              // [slots][L][G][N]
+  float* buf_dt;            // [slots][L][H], after bias and softplus
+  const bf16* x;            // [batch][H][P] current step
+  const bf16* B;            // [batch][G][N]
+  const bf16* C;            // [batch][G][N]
+  const bf16* z;            // [batch][H][P]
+  const bf16* dt;           // [batch][H] raw (before bias and softplus)
+  const float* A;           // [H]
+  const float* dt_bias;     // [H]
+  const float* D;           // [H]
+  float* coef;              // [batch][H][L]: w_q = exp(L_q) dt_q (B_q . C), q = 0..n (n = current)
+  float* decay;             // [batch][H]: exp(sum of A dt over all n + 1 steps)
+  float* y;                 // [batch][H][P] fp32 output (the library writes the input type)
+};
+
+// ---------------------------------------------------------------------------------------------
+// Device helpers
+
+__device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
+__device__ __forceinline__ float silu(float v) { return v / (1.f + expf(-v)); }
+__device__ __forceinline__ int clamp_cursor(int n) { return n < 0 ? 0 : (n > L - 1 ? L - 1 : n); }
+
+// bf16 -> fp32 is a shift; the two halves of a 32-bit word hold elements 2i (low) and 2i + 1.
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float load_bf16(const bf16* p) {
+  return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p))) << 16);
+}
+
+// R bf16 values (R = 4 or 8) taken with one 8- or 16-byte load.
+template <int R>
+struct bf16_pack {
+  static_assert(R == 4 || R == 8, "one 8- or 16-byte load");
+  uint32_t w[R / 2];
+  __device__ __forceinline__ float operator[](int k) const {
+    return (k & 1) ? bf16_hi(w[k / 2]) : bf16_lo(w[k / 2]);
+  }
+};
+template <int R>
+__device__ __forceinline__ bf16_pack<R> load_pack(const bf16* p) {
+  bf16_pack<R> out;
+  if constexpr (R == 8) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    out.w[0] = v.x, out.w[1] = v.y, out.w[2] = v.z, out.w[3] = v.w;
+  } else {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    out.w[0] = v.x, out.w[1] = v.y;
+  }
+  return out;
+}
+template <int R>
+__device__ __forceinline__ void store_pack(bf16* p, const bf16_pack<R>& v) {
+  if constexpr (R == 8)
+    *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+  else
+    *reinterpret_cast<uint2*>(p) = make_uint2(v.w[0], v.w[1]);
+}
+template <int R>
+__device__ __forceinline__ bf16_pack<R> zero_pack() {
+  bf16_pack<R> out;
+#pragma unroll
+  for (int i = 0; i < R / 2; ++i) out.w[i] = 0;
+  return out;
+}
+
+/// Sums R values per lane over groups of W consecutive lanes, transposed: R - 1 + log2(W / R)
+/// shuffles instead of R log2(W). Afterwards the lane at position i of its group holds the sum of
+/// value i / (W / R). At each halving stage a lane keeps one half of its values and sends the
+/// other.
+template <int R, int W>
+__device__ __forceinline__ float transposed_sum(float (&v)[R], int lane) {
+  static_assert(R >= 1 && R <= W && W <= 32, "R values over W lanes");
+#pragma unroll
+  for (int half = R / 2, o = W / 2; half >= 1; half /= 2, o /= 2) {
+    const bool upper = (lane & o) != 0;
+#pragma unroll
+    for (int k = 0; k < half; ++k) {
+      const float keep = upper ? v[k + half] : v[k];
+      const float send = upper ? v[k] : v[k + half];
+      v[k] = keep + __shfl_xor_sync(full_mask, send, o);
+    }
+  }
+#pragma unroll
+  for (int o = W / R / 2; o >= 1; o /= 2) v[0] += __shfl_xor_sync(full_mask, v[0], o);
+  return v[0];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel A: the state-independent part, once per row for all its groups and heads.
+//
+// One block per row (256 threads, a single wave even at batch 512, so the PDL trigger below fires
+// early). Phase 1: the (n + 1) x G dots B_q . C, 16 lanes per dot, each lane 8 elements of 8
+// steps; phase 2: one thread per head scans its decays and writes its 16 weights and decay.
+
+constexpr int coef_threads = 256;
+static_assert(coef_threads == 2 * 8 * 16 && H <= coef_threads, "thread mapping of coef_kernel");
+
+__global__ void __launch_bounds__(coef_threads) coef_kernel(replay_args a) {
+  // Trigger at the start: it only lets the dependent stream kernel be *scheduled* (once every block
+  // of this grid has triggered or exited); its cudaGridDependencySynchronize still waits for this
+  // grid to complete and flush its writes. So the stream kernel's blocks can request their state
+  // tiles while this kernel runs; a trigger at the end would serialise the two again.
+  cudaTriggerProgrammaticLaunchCompletion();
+
+  __shared__ float bc[G][L];  // B_q . C per group and step
+  const int row = blockIdx.x, t = threadIdx.x;
+  const int64_t slot = a.slot_idx[row];
+  const int n = clamp_cursor(a.cursor[slot]);
+
+  // All loads first. Dots: group g, elements sub*8.., steps q0..q0+7.
+  const int sub = t & 15, g = (t >> 4) & 7, q0 = (t >> 7) * 8;
+  const int64_t in_bc = (int64_t(row) * G + g) * N + sub * 8;
+  const bf16_pack<8> c = load_pack<8>(a.C + in_bc);
+  bf16_pack<8> b[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int q = q0 + k;
+    b[k] = q < n    ? load_pack<8>(a.buf_B + ((slot * L + q) * G + g) * N + sub * 8)
+           : q == n ? load_pack<8>(a.B + in_bc)
+                    : zero_pack<8>();
+  }
+  // Heads: thread t < H owns head t (lanes = consecutive heads: coalesced dt rows).
+  const int h = t;
+  float dtq[L];
+  float raw = 0.f, bias = 0.f, A = 0.f;
+  if (h < H) {
+#pragma unroll
+    for (int q = 0; q < L; ++q) dtq[q] = q < n ? a.buf_dt[(slot * L + q) * H + h] : 0.f;
+    raw = load_bf16(a.dt + int64_t(row) * H + h);
+    bias = a.dt_bias[h];
+    A = a.A[h];
+  }
+
+  float d[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s = fmaf(b[k][e], c[e], s);
+    d[k] = s;
+  }
+  const float dot = transposed_sum<8, 16>(d, t);  // step q0 + sub / 2
+  if ((sub & 1) == 0) bc[g][q0 + sub / 2] = dot;
+  __syncthreads();
+
+  if (h < H) {
+    const float dt_cur = softplus(raw + bias);
+    const int hg = h / HPG;
+    float w[L];
+    float log_decay = 0.f;  // sum of A dt over the steps after q (q = n: the current step)
+#pragma unroll
+    for (int q = L - 1; q >= 0; --q) {
+      const float dq = q < n ? dtq[q] : (q == n ? dt_cur : 0.f);
+      w[q] = expf(log_decay) * dq * bc[hg][q];
+      log_decay = fmaf(A, dq, log_decay);
+    }
+    float4* out = reinterpret_cast<float4*>(a.coef + (int64_t(row) * H + h) * L);
+#pragma unroll
+    for (int i = 0; i < L / 4; ++i)
+      out[i] = make_float4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    a.decay[int64_t(row) * H + h] = expf(log_decay);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel B: stream the state. One block per (row, head); warp w owns headdim rows
+// p0 = w * R .. p0 + R - 1 (R = 8: 256 threads, R = 4: 512 threads). A lane owns 16-byte
+// fragment `lane` of each of its R rows (a warp load = one contiguous 512-byte state row), and
+// lane q <= n owns step q's x for the R rows (one 16- or 8-byte load; q = n is the current step).
+// Every lane's per-row partial sums
+//   decay0 (h_c[p, 4 lane..] . C[4 lane..]) + w_lane x_lane[p]   (+ D x_cur[p] in lane n)
+// are reduced across the warp in one transposed sum: no shared memory, no block barrier.
+
+template <int R>
+__device__ __forceinline__ void stream_body(const replay_args& a) {
+  static_assert(P % R == 0 && N == 4 * 32, "a warp row is 32 fragments of 4 floats");
+  const int h = blockIdx.x, row = blockIdx.y, g = h / HPG;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int p0 = warp * R;
+  const int64_t slot = a.slot_idx[row];
+
+  // 1. State tile rows, streamed (evict-first: read once per step).
+  const float4* st =
+      reinterpret_cast<const float4*>(a.state + ((slot * H + h) * P + p0) * N) + lane;
+  float4 hs[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) hs[r] = __ldcs(st + r * (N / 4));
+
+  // 2. Everything else that does not depend on kernel A, in the same wave.
+  const int n = clamp_cursor(a.cursor[slot]);
+  const int64_t in_head = (int64_t(row) * H + h) * P;
+  const bf16_pack<4> c = load_pack<4>(a.C + (int64_t(row) * G + g) * N + lane * 4);
+  bf16_pack<R> xq = zero_pack<R>();
+  if (lane < n)
+    xq = load_pack<R>(a.buf_x + ((slot * L + lane) * H + h) * P + p0);
+  else if (lane == n)
+    xq = load_pack<R>(a.x + in_head + p0);
+  constexpr int lanes_per_row = 32 / R;  // after the transposed sum, lane l holds row l / this
+  const int r_out = lane / lanes_per_row;
+  const float z = load_bf16(a.z + in_head + p0 + r_out);
+  const float D = a.D[h];
+  // The current step's dt and (group's first head) B, appended to the buffer at the end.
+  const bool lead = (h % HPG) == 0;
+  float raw_dt = 0.f, bias = 0.f;
+  bf16_pack<8> b_cur = zero_pack<8>();
+  if (warp == 0) {
+    if (lane == 0) {
+      raw_dt = load_bf16(a.dt + int64_t(row) * H + h);
+      bias = a.dt_bias[h];
+    }
+    if (lead && lane < N / 8) b_cur = load_pack<8>(a.B + (int64_t(row) * G + g) * N + lane * 8);
+  }
+
+  // 3. Kernel A's results. With PDL this block may have started while kernel A still runs: the
+  // state loads above are already in flight when it waits here. (No-op without PDL.)
+  cudaGridDependencySynchronize();
+  float w = lane <= n ? a.coef[(int64_t(row) * H + h) * L + lane] : 0.f;
+  if (lane == n) w += D;  // D x_cur rides on the current step's weight
+  const float decay0 = a.decay[int64_t(row) * H + h];
+
+  // 4. Partial sums per row, reduced across the warp.
+  const float c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+  float v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float s = fmaf(hs[r].x, c0, fmaf(hs[r].y, c1, fmaf(hs[r].z, c2, hs[r].w * c3)));
+    v[r] = fmaf(decay0, s, w * xq[r]);
+  }
+  const float y = transposed_sum<R, 32>(v, lane);
+  if (lane % lanes_per_row == 0) a.y[in_head + p0 + r_out] = y * silu(z);
+
+  // 5. Append the current step at position n (the library does this on every replay step).
+  const int64_t at = slot * L + n;
+  if (lane == n) store_pack<R>(a.buf_x + (at * H + h) * P + p0, xq);
+  if (warp == 0) {
+    if (lane == 0) a.buf_dt[at * H + h] = softplus(raw_dt + bias);
+    if (lead && lane < N / 8) store_pack<8>(a.buf_B + (at * G + g) * N + lane * 8, b_cur);
+  }
+}
+
+// The compiler's own register choice (no spills) ...
+template <int R>
+__global__ void __launch_bounds__(32 * (P / R)) stream_kernel(replay_args a) {
+  stream_body<R>(a);
+}
+// ... and a cap for MinBlocks resident blocks per SM.
+template <int R, int MinBlocks>
+__global__ void __launch_bounds__(32 * (P / R), MinBlocks) stream_kernel_capped(replay_args a) {
+  stream_body<R>(a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Baseline: the read-only floor. Block i reads the i-th 32 KB head tile of a state set with the
+// same 16-byte streaming loads and warp-row layout as stream_kernel<8>, writes one float.
+
+constexpr int floor_threads = 256;
+
+__global__ void __launch_bounds__(floor_threads)
+    read_floor_kernel(const float* state, float* sink) {
+  constexpr int per_thread = P * N / 4 / floor_threads;
+  const float4* p =
+      reinterpret_cast<const float4*>(state + int64_t(blockIdx.x) * P * N) + threadIdx.x;
+  float4 v[per_thread];
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) v[i] = __ldcs(p + i * floor_threads);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) s += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(full_mask, s, o);
+  __shared__ float part[floor_threads / 32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+    for (int i = 0; i < floor_threads / 32; ++i) total += part[i];
+    sink[blockIdx.x] = total;
+  }
+}
+
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random fills (counter-based, so any size fills in place on the device).
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 33);
+}
+// Uniform in (0, 1].
+__device__ __forceinline__ float uniform01(uint64_t seed, uint64_t i) {
+  return (float(mix64((i + 1) * 0x9E3779B97F4A7C15ull ^ seed) >> 40) + 1.f) * (1.f / 16777216.f);
+}
+__device__ __forceinline__ void put(float* p, float v) { *p = v; }
+__device__ __forceinline__ void put(bf16* p, float v) { *p = __float2bfloat16(v); }
+
+template <class T>
+__global__ void fill_normal_kernel(T* p, size_t n, uint64_t seed, float mean, float sd) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float u1 = uniform01(seed, 2 * i), u2 = uniform01(seed, 2 * i + 1);
+    put(p + i, mean + sd * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
+  }
+}
+template <class T>
+__global__ void fill_uniform_kernel(T* p, size_t n, uint64_t seed, float lo, float hi) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    put(p + i, lo + (hi - lo) * uniform01(seed, i));
+}
+// Buffered dt as the library keeps it: softplus(raw + dt_bias[h]), raw ~ U(-4, 1).
+__global__ void fill_buffered_dt_kernel(float* p, size_t n, uint64_t seed, const float* dt_bias) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    p[i] = softplus(-4.f + 5.f * uniform01(seed, i) + dt_bias[i % H]);
+}
+
+template <class T>
+void fill_normal(T* p, size_t n, uint64_t seed, float mean, float sd) {
+  fill_normal_kernel<<<2048, 256>>>(p, n, seed, mean, sd);
+  CHECK(cudaGetLastError());
+}
+template <class T>
+void fill_uniform(T* p, size_t n, uint64_t seed, float lo, float hi) {
+  fill_uniform_kernel<<<2048, 256>>>(p, n, seed, lo, hi);
+  CHECK(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+
+template <class T>
+T* dev_alloc(size_t count, std::vector<void*>& owned) {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, count * sizeof(T)));
+  owned.push_back(p);
+  return static_cast<T*>(p);
+}
+
+void launch_coef(const replay_args& a, cudaStream_t s) {
+  coef_kernel<<<a.batch, coef_threads, 0, s>>>(a);
+  CHECK(cudaGetLastError());
+}
+
+template <int R, void (*Kernel)(replay_args)>
+void launch_stream(const replay_args& a, cudaStream_t s, bool pdl) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(H, a.batch);
+  cfg.blockDim = dim3(32 * (P / R));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1]{};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CHECK(cudaLaunchKernelEx(&cfg, Kernel, a));
+}
+
+/// CUDA events on an explicit stream. Each sample queues a ~50 us spin kernel before its start
+/// event, so the GPU is still busy while the host issues the launches being timed.
+struct sample_timer {
+  cudaStream_t stream;
+  cudaEvent_t start{}, stop{};
+  long long spin_cycles = 100000;  // ~50 us at the H200's ~1.98 GHz
+  explicit sample_timer(cudaStream_t s) : stream(s) {
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+  }
+  ~sample_timer() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  /// Median in us of `reps` samples of launch(i) after 3 warm-up calls (i counts on throughout, so
+  /// callers rotate through their state sets with it).
+  template <class F>
+  double median_us(int reps, F&& launch) {
+    int i = 0;
+    for (; i < 3; ++i) launch(i);
+    CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> ms;
+    for (int k = 0; k < reps; ++k, ++i) {
+      spin_kernel<<<1, 32, 0, stream>>>(spin_cycles);
+      CHECK(cudaGetLastError());
+      CHECK(cudaEventRecord(start, stream));
+      launch(i);
+      CHECK(cudaEventRecord(stop, stream));
+      CHECK(cudaEventSynchronize(stop));
+      float t = 0.f;
+      CHECK(cudaEventElapsedTime(&t, start, stop));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const size_t m = ms.size();
+    return 1e3 * (m % 2 ? ms[m / 2] : 0.5 * (ms[m / 2 - 1] + ms[m / 2]));
+  }
+};
+
+float host_bf16(uint16_t u) {
+  const uint32_t w = uint32_t(u) << 16;
+  float f;
+  std::memcpy(&f, &w, sizeof f);
+  return f;
+}
+double host_softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
+
+template <class T>
+std::vector<T> to_host(const T* d, size_t count) {
+  std::vector<T> h(count);
+  CHECK(cudaMemcpy(h.data(), d, count * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+// `rows` rows of `width` elements, `pitch` elements apart on the device.
+template <class T>
+std::vector<T> rows_to_host(const T* d, size_t width, size_t pitch, size_t rows) {
+  std::vector<T> h(width * rows);
+  CHECK(cudaMemcpy2D(h.data(), width * sizeof(T), d, pitch * sizeof(T), width * sizeof(T), rows,
+                     cudaMemcpyDeviceToHost));
+  return h;
+}
+
+struct host_inputs {
+  std::vector<uint16_t> x, B, C, z, dt;
+  std::vector<float> A, dt_bias, D;
+  std::vector<int32_t> slot;  // set 0's rows
+};
+
+/// Runs `launch` on set 0 with the output poisoned, then checks a sample of (row, head) outputs
+/// against a float64 reference built from the device data, the whole output for NaN, and the
+/// appended step of the sampled slots. Returns false on any failure.
+template <class F>
+bool check_pass(const char* label, const replay_args& a, const host_inputs& in,
+                const std::vector<int>& n_of_row, const std::vector<std::pair<int, int>>& sample,
+                std::vector<float>* y_out, F&& launch) {
+  const size_t y_count = size_t(a.batch) * H * P;
+  CHECK(cudaMemset(a.y, 0xff, y_count * sizeof(float)));  // all-ones bits: NaN
+  CHECK(cudaDeviceSynchronize());  // the launches go to a non-blocking stream
+  launch();
+  CHECK(cudaDeviceSynchronize());
+  const std::vector<float> y = to_host(a.y, y_count);
+  size_t nan_count = 0;
+  for (float v : y) nan_count += std::isnan(v) ? 1 : 0;
+
+  double max_rel = 0.0;
+  size_t append_bad = 0;
+  int worst_n = -1;
+  std::set<int> bad_n;  // buffered-step counts n of the failing samples (a diagnostic)
+  for (const auto& [b, h] : sample) {
+    const int n = n_of_row[b], g = h / HPG;
+    const int64_t slot = in.slot[b];
+    const auto st = to_host(a.state + (slot * H + h) * P * N, size_t(P) * N);
+    const auto bx = rows_to_host(
+        reinterpret_cast<const uint16_t*>(a.buf_x) + (slot * L * H + h) * P, P, size_t(H) * P, L);
+    const auto bB = rows_to_host(
+        reinterpret_cast<const uint16_t*>(a.buf_B) + (slot * L * G + g) * N, N, size_t(G) * N, L);
+    const auto bdt = rows_to_host(a.buf_dt + slot * L * H + h, 1, H, L);
+    const uint16_t* xc = &in.x[(size_t(b) * H + h) * P];
+    const uint16_t* Bc = &in.B[(size_t(b) * G + g) * N];
+    const uint16_t* Cc = &in.C[(size_t(b) * G + g) * N];
+    const uint16_t* zc = &in.z[(size_t(b) * H + h) * P];
+    const double dt_cur =
+        host_softplus(double(host_bf16(in.dt[size_t(b) * H + h])) + in.dt_bias[h]);
+
+    // Step q's dt, B row and x row (q = n: the current inputs).
+    auto dt_of = [&](int q) { return q < n ? double(bdt[q]) : dt_cur; };
+    auto B_of = [&](int q, int k) {
+      return double(host_bf16(q < n ? bB[size_t(q) * N + k] : Bc[k]));
+    };
+    auto x_of = [&](int q, int p) {
+      return double(host_bf16(q < n ? bx[size_t(q) * P + p] : xc[p]));
+    };
+
+    std::vector<double> w(n + 1);
+    double log_decay = 0.0;
+    for (int q = n; q >= 0; --q) {
+      double bc = 0.0;
+      for (int k = 0; k < N; ++k) bc += B_of(q, k) * double(host_bf16(Cc[k]));
+      w[q] = std::exp(log_decay) * dt_of(q) * bc;
+      log_decay += double(in.A[h]) * dt_of(q);
+    }
+    const double decay0 = std::exp(log_decay);
+    double err = 0.0, scale = 0.0;
+    for (int p = 0; p < P; ++p) {
+      double hc = 0.0;
+      for (int k = 0; k < N; ++k) hc += double(st[size_t(p) * N + k]) * double(host_bf16(Cc[k]));
+      double ref = decay0 * hc + double(in.D[h]) * x_of(n, p);
+      for (int q = 0; q <= n; ++q) ref += w[q] * x_of(q, p);
+      const double zv = double(host_bf16(zc[p]));
+      ref *= zv / (1.0 + std::exp(-zv));
+      const double got = y[(size_t(b) * H + h) * P + p];
+      err = std::max(err, std::fabs(got - ref));
+      scale = std::max(scale, std::fabs(ref));
+    }
+    const double rel = err / std::max(scale, 1e-30);
+    if (rel > max_rel) worst_n = n;
+    max_rel = std::max(max_rel, rel);
+    if (rel > 1e-4) bad_n.insert(n);
+
+    // The append: x and B bit for bit, dt after softplus.
+    for (int p = 0; p < P; ++p) append_bad += bx[size_t(n) * P + p] != xc[p];
+    for (int k = 0; k < N; ++k) append_bad += bB[size_t(n) * N + k] != Bc[k];
+    append_bad += std::fabs(bdt[n] - dt_cur) > 1e-5 * std::fabs(dt_cur);
+  }
+  const bool ok = nan_count == 0 && append_bad == 0 && max_rel <= 1e-4 && std::isfinite(max_rel);
+  std::printf(
+      "  %-34s max rel err %.2e over %zu (row, head) pairs, NaN outputs %zu, bad appends %zu: %s\n",
+      label, max_rel, sample.size(), nan_count, append_bad, ok ? "ok" : "FAIL");
+  if (!ok) {
+    std::printf("    worst sample at n = %d; n of the samples above 1e-4:", worst_n);
+    for (int n : bad_n) std::printf(" %d", n);
+    std::printf("\n");
+  }
+  if (y_out) *y_out = y;
+  return ok;
+}
+
+struct stream_variant {
+  const char* name;
+  int rows;  // headdim rows per warp
+  void (*launch)(const replay_args&, cudaStream_t, bool pdl);
+  const void* kernel;
+};
+
+struct row_result {
+  std::string name;
+  double us, bytes;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int batch = argc > 1 ? std::atoi(argv[1]) : 256;
+  const int reps = argc > 2 ? std::max(20, std::atoi(argv[2])) : 30;
+  if (batch < 1 || batch > 65535) {
+    std::fprintf(stderr,
+                 "usage: %s [batch 1..65535, default 256] [timed launches >= 20, default 30]\n",
+                 argv[0]);
+    return 2;
+  }
+  int dev = 0;
+  CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, dev));
+  std::printf(
+      "device %s, %d SMs; Mamba-2 H%d P%d N%d G%d, fp32 state, bf16 inputs, batch %d, "
+      "%d buffered steps, %d state sets\n",
+      prop.name, prop.multiProcessorCount, H, P, N, G, batch, n_timed, num_sets);
+
+  // ---- Allocation and random data (never zeros) ----
+  std::vector<void*> owned;
+  const int64_t slots = int64_t(num_sets) * batch;
+  const size_t state_per_set = size_t(batch) * H * P * N;
+  float* state = dev_alloc<float>(size_t(slots) * H * P * N, owned);
+  bf16* buf_x = dev_alloc<bf16>(size_t(slots) * L * H * P, owned);
+  bf16* buf_B = dev_alloc<bf16>(size_t(slots) * L * G * N, owned);
+  float* buf_dt = dev_alloc<float>(size_t(slots) * L * H, owned);
+  int32_t* cursor = dev_alloc<int32_t>(size_t(slots), owned);
+  int32_t* slot_idx = dev_alloc<int32_t>(size_t(slots), owned);
+  bf16* x = dev_alloc<bf16>(size_t(batch) * H * P, owned);
+  bf16* z = dev_alloc<bf16>(size_t(batch) * H * P, owned);
+  bf16* Bin = dev_alloc<bf16>(size_t(batch) * G * N, owned);
+  bf16* Cin = dev_alloc<bf16>(size_t(batch) * G * N, owned);
+  bf16* dt = dev_alloc<bf16>(size_t(batch) * H, owned);
+  float* A = dev_alloc<float>(H, owned);
+  float* dt_bias = dev_alloc<float>(H, owned);
+  float* D = dev_alloc<float>(H, owned);
+  float* coef = dev_alloc<float>(size_t(batch) * H * L, owned);
+  float* decay = dev_alloc<float>(size_t(batch) * H, owned);
+  float* y = dev_alloc<float>(size_t(batch) * H * P, owned);
+  float* sink = dev_alloc<float>(size_t(batch) * H, owned);
+
+  std::mt19937_64 rng(20261129);
+  host_inputs in;
+  {
+    std::uniform_real_distribution<float> u(-4.f, 1.f);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int h = 0; h < H; ++h) {
+      in.A.push_back(-std::exp(u(rng)));
+      in.dt_bias.push_back(0.5f * nd(rng));
+      in.D.push_back(1.f + 0.1f * nd(rng));
+    }
+    CHECK(cudaMemcpy(A, in.A.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dt_bias, in.dt_bias.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(D, in.D.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  fill_normal(state, size_t(slots) * H * P * N, 1, 0.f, 0.3f);
+  fill_normal(buf_x, size_t(slots) * L * H * P, 2, 0.f, 1.f);
+  fill_normal(buf_B, size_t(slots) * L * G * N, 3, 0.f, 1.f);
+  fill_buffered_dt_kernel<<<2048, 256>>>(buf_dt, size_t(slots) * L * H, 4, dt_bias);
+  CHECK(cudaGetLastError());
+  fill_normal(x, size_t(batch) * H * P, 5, 0.f, 1.f);
+  fill_normal(z, size_t(batch) * H * P, 6, 0.f, 1.f);
+  fill_normal(Bin, size_t(batch) * G * N, 7, 0.f, 1.f);
+  fill_normal(Cin, size_t(batch) * G * N, 8, 0.f, 1.f);
+  fill_uniform(dt, size_t(batch) * H, 9, -4.f, 1.f);
+
+  // Set k's rows use a shuffled permutation of slots [k batch, (k + 1) batch).
+  std::vector<int32_t> slot_host(slots);
+  for (int k = 0; k < num_sets; ++k) {
+    auto first = slot_host.begin() + int64_t(k) * batch;
+    std::iota(first, first + batch, int32_t(int64_t(k) * batch));
+    std::shuffle(first, first + batch, rng);
+  }
+  CHECK(cudaMemcpy(slot_idx, slot_host.data(), slots * sizeof(int32_t), cudaMemcpyHostToDevice));
+  auto set_cursors = [&](const std::vector<int>& n_of_row0) {  // set 0 per row, other sets n_timed
+    std::vector<int32_t> c(slots, n_timed);
+    for (int b = 0; b < batch; ++b) c[slot_host[b]] = n_of_row0[b];
+    CHECK(cudaMemcpy(cursor, c.data(), slots * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CHECK(cudaDeviceSynchronize());  // pageable copies may return before the data lands
+  };
+  const std::vector<int> n_uniform(batch, n_timed);
+  set_cursors(n_uniform);
+  CHECK(cudaDeviceSynchronize());
+
+  replay_args sets[num_sets];
+  for (int k = 0; k < num_sets; ++k)
+    sets[k] = replay_args{batch,  slot_idx + int64_t(k) * batch,
+                          cursor, state,
+                          buf_x,  buf_B,
+                          buf_dt, x,
+                          Bin,    Cin,
+                          z,      dt,
+                          A,      dt_bias,
+                          D,      coef,
+                          decay,  y};
+
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  // ---- Correctness ----
+  in.x = to_host(reinterpret_cast<const uint16_t*>(x), size_t(batch) * H * P);
+  in.z = to_host(reinterpret_cast<const uint16_t*>(z), size_t(batch) * H * P);
+  in.B = to_host(reinterpret_cast<const uint16_t*>(Bin), size_t(batch) * G * N);
+  in.C = to_host(reinterpret_cast<const uint16_t*>(Cin), size_t(batch) * G * N);
+  in.dt = to_host(reinterpret_cast<const uint16_t*>(dt), size_t(batch) * H);
+  in.slot.assign(slot_host.begin(), slot_host.begin() + batch);
+  std::vector<std::pair<int, int>> sample = {
+      {0, 0}, {batch - 1, H - 1}, {batch / 2, HPG}, {0, H - 1}};
+  {
+    std::uniform_int_distribution<int> rb(0, batch - 1), rh(0, H - 1);
+    while (sample.size() < 128) sample.emplace_back(rb(rng), rh(rng));
+  }
+  std::vector<int> n_staggered(batch);
+  for (int b = 0; b < batch; ++b) n_staggered[b] = b % L;  // 0..15 buffered steps
+
+  // The stream-kernel variants: rows per warp (threads per block) and the register cap.
+  const stream_variant variants[] = {
+      {"B8", 8, &launch_stream<8, stream_kernel<8>>,
+       reinterpret_cast<const void*>(&stream_kernel<8>)},
+      {"B8x5", 8, &launch_stream<8, stream_kernel_capped<8, 5>>,
+       reinterpret_cast<const void*>(&stream_kernel_capped<8, 5>)},
+      {"B4", 4, &launch_stream<4, stream_kernel<4>>,
+       reinterpret_cast<const void*>(&stream_kernel<4>)},
+      {"B4x4", 4, &launch_stream<4, stream_kernel_capped<4, 4>>,
+       reinterpret_cast<const void*>(&stream_kernel_capped<4, 4>)},
+  };
+  std::printf("stream kernel variants (one block per (row, head)):\n");
+  for (const auto& v : variants) {
+    cudaFuncAttributes fa{};
+    CHECK(cudaFuncGetAttributes(&fa, v.kernel));
+    int resident = 0;
+    const int threads = 32 * (P / v.rows);
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, v.kernel, threads, 0));
+    std::printf(
+        "  %-5s %d rows per warp, %3d threads, %2d registers, %2zu B local (spills), %d blocks/SM "
+        "= %3d KB of state requested per SM\n",
+        v.name, v.rows, threads, fa.numRegs, fa.localSizeBytes, resident,
+        resident * threads * v.rows * 16 / 1024);
+  }
+
+  std::printf(
+      "correctness (set 0, float64 reference, output poisoned with NaN before each pass):\n");
+  const replay_args& a0 = sets[0];
+  bool ok = true;
+  std::vector<float> y_plain, y_pdl;
+  ok &= check_pass("A + B8, plain, n = 15", a0, in, n_uniform, sample, &y_plain, [&] {
+    launch_coef(a0, stream);
+    variants[0].launch(a0, stream, false);
+  });
+  ok &= check_pass("A + B8, PDL, n = 15", a0, in, n_uniform, sample, &y_pdl, [&] {
+    launch_coef(a0, stream);
+    variants[0].launch(a0, stream, true);
+  });
+  if (std::memcmp(y_plain.data(), y_pdl.data(), y_plain.size() * sizeof(float)) != 0) {
+    std::printf("  FAIL: PDL and plain outputs differ\n");
+    ok = false;
+  }
+  for (const auto& v : variants) {
+    if (&v == &variants[0]) continue;
+    ok &= check_pass((std::string("A + ") + v.name + ", PDL, n = 15").c_str(), a0, in, n_uniform,
+                     sample, nullptr, [&] {
+                       launch_coef(a0, stream);
+                       v.launch(a0, stream, true);
+                     });
+  }
+  set_cursors(n_staggered);
+  bool staggered_ok = true;  // the timed runs use n = 15 (checked above); this checks n = 0..15
+  for (const auto& v : variants) {
+    const bool pdl = v.rows == 8;  // both launch modes at least once
+    staggered_ok &= check_pass(
+        (std::string("A + ") + v.name + (pdl ? ", PDL" : ", plain") + ", n = row % 16").c_str(), a0,
+        in, n_staggered, sample, nullptr, [&] {
+          launch_coef(a0, stream);
+          v.launch(a0, stream, pdl);
+        });
+  }
+  set_cursors(n_uniform);
+  CHECK(cudaDeviceSynchronize());
+  if (!ok) {
+    std::printf("correctness FAILED: no timings\n");
+    return 1;
+  }
+  if (!staggered_ok)
+    std::printf("staggered check (n = row %% 16) FAILED: timings below are of n = 15, which passed; "
+                "exit code 3\n");
+
+  // ---- Timing ----
+  // Bytes each launch moves (unique bytes read + written), n = n_timed.
+  const double b_ = batch, nb = n_timed;
+  const double state_bytes = 4.0 * state_per_set;
+  const double coef_bytes = b_ * H * (L + 1) * 4.0;
+  const double bytes_A = nb * b_ * G * N * 2 + 2 * b_ * G * N * 2 /* B, C */ + nb * b_ * H * 4 +
+                         b_ * H * 2 /* raw dt */ + coef_bytes;
+  const double bytes_B = state_bytes + nb * b_ * H * P * 2 /* buffered x */ +
+                         2 * b_ * H * P * 2 /* x, z */ + 2 * b_ * G * N * 2 /* C, B */ +
+                         b_ * H * 2 /* raw dt */ + coef_bytes + b_ * H * P * 4 /* y */ +
+                         b_ * H * P * 2 + b_ * G * N * 2 + b_ * H * 4 /* appends */;
+
+  sample_timer timer(stream);
+  std::vector<row_result> rows;
+  auto set_of = [&](int i) -> const replay_args& { return sets[i % num_sets]; };
+
+  rows.push_back({"read-only floor (state only)",
+                  timer.median_us(reps,
+                                  [&](int i) {
+                                    read_floor_kernel<<<batch * H, floor_threads, 0, stream>>>(
+                                        state + (i % num_sets) * state_per_set, sink);
+                                    CHECK(cudaGetLastError());
+                                  }),
+                  state_bytes});
+  {
+    const size_t copy_bytes = size_t(2) << 30;
+    void *src = nullptr, *dst = nullptr;
+    CHECK(cudaMalloc(&src, copy_bytes));
+    CHECK(cudaMalloc(&dst, copy_bytes));
+    CHECK(cudaMemset(src, 0x3c, copy_bytes));
+    CHECK(cudaDeviceSynchronize());
+    rows.push_back({"D2D copy 2 GiB (read + write)",
+                    timer.median_us(reps,
+                                    [&](int) {
+                                      CHECK(cudaMemcpyAsync(dst, src, copy_bytes,
+                                                            cudaMemcpyDeviceToDevice, stream));
+                                    }),
+                    2.0 * copy_bytes});
+    CHECK(cudaFree(src));
+    CHECK(cudaFree(dst));
+  }
+  rows.push_back({"A coef alone",
+                  timer.median_us(reps, [&](int i) { launch_coef(set_of(i), stream); }), bytes_A});
+  for (const auto& v : variants)
+    rows.push_back({std::string(v.name) + " stream alone",
+                    timer.median_us(reps, [&](int i) { v.launch(set_of(i), stream, false); }),
+                    bytes_B});
+  for (const auto& v : variants)
+    for (bool pdl : {false, true})
+      rows.push_back({std::string("A + ") + v.name + (pdl ? ", PDL" : ", plain"),
+                      timer.median_us(reps,
+                                      [&](int i) {
+                                        launch_coef(set_of(i), stream);
+                                        v.launch(set_of(i), stream, pdl);
+                                      }),
+                      bytes_A + bytes_B});
+  CHECK(cudaStreamSynchronize(stream));
+
+  const double floor_us = rows[0].us, floor_tbps = state_bytes / (floor_us * 1e-6) / 1e12;
+  std::printf(
+      "\ntiming: median of %d launches each (CUDA events, spin before start, %d state sets "
+      "rotated)\n",
+      reps, num_sets);
+  std::printf("%-32s %10s %9s %8s %12s %14s\n", "kernel", "us", "GB", "TB/s", "% floor BW",
+              "x floor time");
+  for (const auto& r : rows) {
+    const double tbps = r.bytes / (r.us * 1e-6) / 1e12;
+    std::printf("%-32s %10.1f %9.3f %8.2f %11.1f%% %14.3f\n", r.name.c_str(), r.us, r.bytes / 1e9,
+                tbps, 100.0 * tbps / floor_tbps, r.us / floor_us);
+  }
+  double best = 1e30;
+  const char* best_name = "";
+  for (const auto& r : rows)
+    if (r.name.rfind("A + B", 0) == 0 && r.us < best) best = r.us, best_name = r.name.c_str();
+  std::printf(
+      "\nbest replay step: %s %.1f us = %.3fx the state-only read floor (%.1f us); "
+      "library fused replay step at batch 256 (bench/NOTES.md v8): 331-332 us\n",
+      best_name, best, best / floor_us, floor_us);
+
+  CHECK(cudaStreamDestroy(stream));
+  for (void* p : owned) CHECK(cudaFree(p));
+  return staggered_ok ? 0 : 3;
+}
