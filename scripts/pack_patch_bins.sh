@@ -2,7 +2,7 @@
 # Builds the GPU binaries twice, from HEAD and from HEAD with a kernel patch of bench/experiments
 # applied (in a temporary git worktree), into one folder to carry to a GPU machine, so that one
 # device call can test the patch and measure it against HEAD in the same run:
-#   bash scripts/pack_patch_bins.sh bench/experiments/decode_one_wave.patch [folder, default .dev]
+#   bash scripts/pack_patch_bins.sh bench/experiments/<name>.patch [folder, default .dev]
 # The folder then holds the patched replayssm_gpu_tests, bench_decode, bench_spec and examples,
 # and HEAD's benchmarks as base_bench_decode and base_bench_spec. There: `BIN=.dev OUT=$OUT bash
 # scripts/ab_check.sh` (tests, then both sides' benchmarks and a table; ~6 minutes), or by hand:
