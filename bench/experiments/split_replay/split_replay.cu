@@ -556,6 +556,15 @@ bool check_pass(const char* label, const replay_args& a, const host_inputs& in,
     const double rel = err / std::max(scale, 1e-30);
     if (rel > max_rel) worst_n = n;
     max_rel = std::max(max_rel, rel);
+    if (rel > 1e-4 && bad_n.empty()) {
+      // First failing sample: kernel A's weights next to the reference's, to tell A from B.
+      const auto cw = to_host(a.coef + (int64_t(b) * H + h) * L, size_t(L));
+      const auto cd = to_host(a.decay + int64_t(b) * H + h, size_t(1));
+      std::printf("    row %d head %d slot %lld n %d: decay device %.6e host %.6e\n", b, h,
+                  static_cast<long long>(slot), n, cd[0], decay0);
+      for (int q = 0; q < L; ++q)
+        std::printf("      w[%2d] device %+.6e host %+.6e\n", q, cw[q], q <= n ? w[q] : 0.0);
+    }
     if (rel > 1e-4) bad_n.insert(n);
 
     // The append: x and B bit for bit, dt after softplus.
