@@ -240,4 +240,55 @@ void print_table(const std::vector<row_result>& rows, int reps, int num_sets) {
   }
 }
 
+/// The copy ceiling of the same run: a 2 GiB device-to-device cudaMemcpyAsync (bytes counted
+/// read + written).
+inline row_result copy_row(sample_timer& timer, int reps) {
+  const size_t copy_bytes = size_t(2) << 30;
+  void *src = nullptr, *dst = nullptr;
+  CHECK(cudaMalloc(&src, copy_bytes));
+  CHECK(cudaMalloc(&dst, copy_bytes));
+  CHECK(cudaMemset(src, 0x3c, copy_bytes));
+  CHECK(cudaDeviceSynchronize());
+  const double us = timer.median_us(reps, [&](int) {
+    CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, timer.stream));
+  });
+  CHECK(cudaFree(src));
+  CHECK(cudaFree(dst));
+  return {"D2D copy 2 GiB (read + write)", us, 2.0 * copy_bytes};
+}
+
+/// The split step's rows: kernel A alone (`a_name`), each stream variant alone, and A followed by
+/// each variant, plain and with PDL. A variant has `name` and `launch(args, stream, pdl)`;
+/// `set_of(i)` is the state set of timed launch i.
+template <class Variants, class LaunchA, class SetOf>
+void add_split_rows(std::vector<row_result>& rows, sample_timer& timer, int reps,
+                    const char* a_name, LaunchA&& launch_a, const Variants& variants,
+                    SetOf&& set_of, double bytes_a, double bytes_b) {
+  cudaStream_t s = timer.stream;
+  rows.push_back({a_name, timer.median_us(reps, [&](int i) { launch_a(set_of(i), s); }), bytes_a});
+  for (const auto& v : variants)
+    rows.push_back({std::string(v.name) + " stream alone",
+                    timer.median_us(reps, [&](int i) { v.launch(set_of(i), s, false); }),
+                    bytes_b});
+  for (const auto& v : variants)
+    for (bool pdl : {false, true})
+      rows.push_back({std::string("A + ") + v.name + (pdl ? ", PDL" : ", plain"),
+                      timer.median_us(reps,
+                                      [&](int i) {
+                                        launch_a(set_of(i), s);
+                                        v.launch(set_of(i), s, pdl);
+                                      }),
+                      bytes_a + bytes_b});
+  CHECK(cudaStreamSynchronize(s));
+}
+
+/// The fastest "A + ..." row (the split step's best configuration).
+inline const row_result& best_split_row(const std::vector<row_result>& rows) {
+  const row_result* best = &rows[0];
+  double us = 1e30;
+  for (const auto& r : rows)
+    if (r.name.rfind("A + B", 0) == 0 && r.us < us) us = r.us, best = &r;
+  return *best;
+}
+
 }  // namespace

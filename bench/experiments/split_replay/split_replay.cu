@@ -617,50 +617,17 @@ int main(int argc, char** argv) {
                                     CHECK(cudaGetLastError());
                                   }),
                   state_bytes});
-  {
-    const size_t copy_bytes = size_t(2) << 30;
-    void *src = nullptr, *dst = nullptr;
-    CHECK(cudaMalloc(&src, copy_bytes));
-    CHECK(cudaMalloc(&dst, copy_bytes));
-    CHECK(cudaMemset(src, 0x3c, copy_bytes));
-    CHECK(cudaDeviceSynchronize());
-    rows.push_back({"D2D copy 2 GiB (read + write)",
-                    timer.median_us(reps,
-                                    [&](int) {
-                                      CHECK(cudaMemcpyAsync(dst, src, copy_bytes,
-                                                            cudaMemcpyDeviceToDevice, stream));
-                                    }),
-                    2.0 * copy_bytes});
-    CHECK(cudaFree(src));
-    CHECK(cudaFree(dst));
-  }
-  rows.push_back({"A coef alone",
-                  timer.median_us(reps, [&](int i) { launch_coef(set_of(i), stream); }), bytes_A});
-  for (const auto& v : variants)
-    rows.push_back({std::string(v.name) + " stream alone",
-                    timer.median_us(reps, [&](int i) { v.launch(set_of(i), stream, false); }),
-                    bytes_B});
-  for (const auto& v : variants)
-    for (bool pdl : {false, true})
-      rows.push_back({std::string("A + ") + v.name + (pdl ? ", PDL" : ", plain"),
-                      timer.median_us(reps,
-                                      [&](int i) {
-                                        launch_coef(set_of(i), stream);
-                                        v.launch(set_of(i), stream, pdl);
-                                      }),
-                      bytes_A + bytes_B});
-  CHECK(cudaStreamSynchronize(stream));
+  rows.push_back(copy_row(timer, reps));
+  add_split_rows(rows, timer, reps, "A coef alone", launch_coef, variants, set_of, bytes_A,
+                 bytes_B);
 
   const double floor_us = rows[0].us;
   print_table(rows, reps, num_sets);
-  double best = 1e30;
-  const char* best_name = "";
-  for (const auto& r : rows)
-    if (r.name.rfind("A + B", 0) == 0 && r.us < best) best = r.us, best_name = r.name.c_str();
+  const row_result& best = best_split_row(rows);
   std::printf(
       "\nbest replay step: %s %.1f us = %.3fx the state-only read floor (%.1f us); "
       "library fused replay step at batch 256 (bench/NOTES.md v8): 331-332 us\n",
-      best_name, best, best / floor_us, floor_us);
+      best.name.c_str(), best.us, best.us / floor_us, floor_us);
 
   CHECK(cudaStreamDestroy(stream));
   for (void* p : owned) CHECK(cudaFree(p));
