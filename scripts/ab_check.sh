@@ -6,11 +6,7 @@
 #   BIN=.dev OUT=/tmp/out bash scripts/ab_check.sh
 # Writes to $OUT: gpu_tests.log, {base,patch}_decode.json, {base,patch}_spec.json, ab_table.txt.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-BIN="${BIN:-.dev}"
-OUT="${OUT:-gpu_out}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh" .dev
 rc=0
 BIN="$BIN" OUT="$OUT" timeout "${TEST_TIMEOUT:-300}" bash scripts/gpu_check.sh tests | tail -n 5 || rc=1
 decode_filter='^(copy/|(mamba2|gdn)/[^/]+/K16/.*batch:256|precision/[^/]+/[^/]+/(bf16|fp32_bf16)/)'

@@ -6,12 +6,8 @@
 # reference on the host is the slow part.
 # Logs and the benchmark JSON go to $OUT (8 files at most, what the lent machine returns).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-BIN="${BIN:-build}"
-OUT="${OUT:-gpu_out}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh" build
 JOBS="${JOBS:-$(nproc)}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 tests="$BIN/replayssm_gpu_tests"
 [[ -x "$tests" ]] || tests="$BIN/tests/replayssm_gpu_tests"
 bench="$BIN/bench_decode"

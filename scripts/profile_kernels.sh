@@ -7,11 +7,7 @@
 # Writes $OUT/ncu_kernels.txt (sections: speed of light, occupancy, launch, warp states,
 # scheduler, memory workload).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-BIN="${BIN:-build}"
-OUT="${OUT:-gpu_out}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh" build
 find_bin() { [[ -x "$BIN/$1" ]] && echo "$BIN/$1" || echo "$BIN/bench/$1"; }
 spec=$(find_bin bench_spec)
 decode=$(find_bin bench_decode)

@@ -27,9 +27,8 @@ if [[ $mode == build ]]; then
   ls -la "$dir"
   exit 0
 fi
-OUT="${OUT:-gpu_out}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+BIN="$dir"
+source scripts/gpu_env.sh "$dir"
 rc=0
 for p in split_replay split_replay_gdn; do
   for batch in 256 64 512; do
