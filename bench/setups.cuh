@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -76,6 +77,10 @@ struct mamba2_setup {
   dev_array<T> x, dt, B, C, z, out, bx, bB;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
+  /// The split replay step's workspace (mamba2_params::workspace, experimental), passed to every
+  /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 (decode_step alone reads it).
+  dev_array<float> ws;
+  bool use_workspace = true;
   size_t state_elems() const { return size_t(H) * P * N; }
   mamba2_setup(int h, int g, int b, int in_rows = 1)
       : H(h),
@@ -96,7 +101,9 @@ struct mamba2_setup {
         bx(size_t(rot.num_slots()) * L * h * P),
         bB(size_t(rot.num_slots()) * L * g * N),
         cursor(rot.num_slots()),
-        arrivals(rot.num_slots()) {
+        arrivals(rot.num_slots()),
+        ws(size_t(mamba2_params<Policy>::workspace_elems(b, h))) {
+    if (const char* e = std::getenv("REPLAYSSM_BENCH_WORKSPACE")) use_workspace = e[0] != '0';
     rbench::fill_random(A, 2, -8.f, -0.05f);
     rbench::fill_random(dt_bias, 3, -1.f, 1.f);
     rbench::fill_random(D, 4, 0.5f, 1.5f);
@@ -140,6 +147,7 @@ struct mamba2_setup {
     ckpt.apply(p, int64_t(P) * N, N);
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
+    if (use_workspace) p.workspace = ws.ptr;
     return p;
   }
   // Bytes one row must move: state (the checkpoint, or a pair's master; the copy output steps
@@ -161,6 +169,10 @@ struct gdn_setup {
   dev_array<T> q, k, v, out, bk, bv;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
+  /// The split replay step's workspace (gdn_params::workspace, experimental), passed to every
+  /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 (decode_step alone reads it).
+  dev_array<float> ws;
+  bool use_workspace = true;
   size_t state_elems() const { return size_t(H) * KD * VD; }
   gdn_setup(int hv, int hk, int b, int in_rows = 1)
       : H(hv),
@@ -180,7 +192,9 @@ struct gdn_setup {
         bk(size_t(rot.num_slots()) * L * hk * KD),
         bv(size_t(rot.num_slots()) * L * hv * VD),
         cursor(rot.num_slots()),
-        arrivals(rot.num_slots()) {
+        arrivals(rot.num_slots()),
+        ws(size_t(gdn_params<Policy>::workspace_elems(b, hv))) {
+    if (const char* e = std::getenv("REPLAYSSM_BENCH_WORKSPACE")) use_workspace = e[0] != '0';
     rbench::fill_random(g, 22, -3.f, -0.01f);
     rbench::fill_random(beta, 23, 0.05f, 0.95f);
     rbench::fill_random(bks, 24, 0.05f, 0.2f);
@@ -220,6 +234,7 @@ struct gdn_setup {
     ckpt.apply(p, int64_t(KD) * VD, VD);
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
+    if (use_workspace) p.workspace = ws.ptr;
     return p;
   }
   double state_bytes() const { return ckpt.state_bytes(); }

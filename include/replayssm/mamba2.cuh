@@ -92,6 +92,18 @@ struct mamba2_params {
   scale_pool_ref state_scale;
   /// Scales per head of an 8-bit copy: one per row of P.
   static constexpr int serving_scales_per_head = Policy::rule::headdim;
+  /// Optional, decode_step only (experimental): fp32 scratch of @ref workspace_elems floats,
+  /// `[batch][nheads][BufferLen + 1]` (each head's replay weights, then its decay), 4-byte
+  /// aligned, not shared with a concurrent launch. When set, decode_step runs a replay
+  /// (non-commit) row as two kernels: a small one per batch row computes the weights, then the
+  /// decode grid, launched with programmatic dependent launch (sm_90+), streams the state and
+  /// reads them (rows that commit keep the fused path). Null (the default): one fused kernel,
+  /// as before. Ignored by every other launch and by pipelined policies (PipelineStages >= 2).
+  float* workspace = nullptr;
+  /// Floats `workspace` needs for `batch` rows of `nheads` heads.
+  static constexpr int64_t workspace_elems(int64_t batch, int nheads) {
+    return batch * nheads * (Policy::buffer_len + 1);
+  }
 };
 
 /// @brief Eager step: read each row's state, apply the step, write the state and the output.

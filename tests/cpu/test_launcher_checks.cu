@@ -306,6 +306,24 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     auto p = valid_mamba2();
     p.rows.batch = 0;
     CHECK(decode_step(p, nullptr).ok());
+    p.workspace = fake_f;  // the split step too
+    CHECK(decode_step(p, nullptr).ok());
+  }
+  SECTION("the split replay step checks its workspace") {
+    auto p = valid_mamba2();
+    p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
+    result r = decode_step(p, nullptr);
+    CHECK(r.code == status::misaligned_pointer);
+    CHECK(mentions(r, "workspace"));
+    p.workspace = fake_f;
+    p.nheads = 1024;
+    p.ngroups = 1024;  // 1024 groups x 16 steps of dots: over 48 KiB of shared memory
+    p.state.slot_stride = int64_t(1024) * 64 * 128;
+    p.rows.batch = 1;
+    r = decode_step(p, nullptr);
+    CHECK(r.code == status::bad_shape);
+    CHECK(mentions(r, "workspace"));
+    CHECK(mamba2_params<m2pol>::workspace_elems(512, 128) == 512LL * 128 * 17);
   }
 }
 
@@ -383,6 +401,15 @@ TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu]
     P p = valid_gdn<TestType>();
     p.rows.null_slot = 0;
     expect(p, status::bad_shape, "null_slot");
+  }
+  {  // the split replay step checks its workspace
+    P p = valid_gdn<TestType>();
+    p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
+    expect(p, status::misaligned_pointer, "workspace");
+    p.workspace = fake_f;
+    p.rows.batch = 0;  // nothing to launch: no coefficient grid either
+    CHECK(decode_step(p, nullptr).ok());
+    CHECK(P::workspace_elems(512, 64) == 512LL * 64 * (128 + 16));
   }
 }
 

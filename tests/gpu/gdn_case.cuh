@@ -2,6 +2,8 @@
 // the params over them, and the float64 reference step (the interface run_replay_vs_eager uses).
 #pragma once
 
+#include <stdexcept>
+
 #include "replay_driver.cuh"
 
 namespace rtest {
@@ -29,6 +31,11 @@ struct gdn_case {
   dev_array<uint32_t> arrivals;
   std::vector<T> hq, hk, hv, hout_r, hout_e;
   std::vector<float> hg, hbeta;
+  /// Set before allocate(): decode_step gets a workspace (the split replay step,
+  /// gdn_params::workspace) for up to `ws_rows` batch rows; every launch's params carry it.
+  bool use_workspace = false;
+  int ws_rows = 0;
+  dev_array<float> ws;
 
   gdn_case(int Hk, int Hv) { cfg = ref::gdn_config{Hk, Hv, KD, VD, true, 0.0}; }
   size_t state_elems() const { return size_t(cfg.num_v_heads) * KD * VD; }
@@ -56,6 +63,11 @@ struct gdn_case {
     bbeta = dev_array<float>(size_t(slots) * L * Hv);
     cursor = dev_array<int32_t>(slots);
     arrivals = dev_array<uint32_t>(slots);
+    if (use_workspace) {  // NaN: whatever decode reads, the coefficient kernel must write first
+      ws_rows = 4 * std::max(b, slots);
+      ws = dev_array<float>(size_t(gdn_params<Policy>::workspace_elems(ws_rows, Hv)));
+      ws.poison();
+    }
     for (auto* a : {&pool_r, &pool_e, &bks, &bg, &bbeta}) a->junk(rng);
     bk.junk(rng);
     bv.junk(rng);
@@ -193,6 +205,10 @@ struct gdn_case {
       p.serving = rows_pool(serving_r.ptr, num_slots);
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
+    if (use_workspace) {
+      if (rows > ws_rows) throw std::runtime_error("gdn_case: workspace smaller than rows");
+      p.workspace = ws.ptr;
+    }
     return p;
   }
   void ref_step(ref_state& s, const step_t& st, std::vector<double>& y) const {

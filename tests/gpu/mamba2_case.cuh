@@ -2,6 +2,8 @@
 // params over them, and the float64 reference step (the interface run_replay_vs_eager uses).
 #pragma once
 
+#include <stdexcept>
+
 #include "replay_driver.cuh"
 
 namespace rtest {
@@ -28,6 +30,11 @@ struct mamba2_case {
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
   std::vector<T> hx, hdt, hB, hC, hz, hout_r, hout_e;
+  /// Set before allocate(): decode_step gets a workspace (the split replay step,
+  /// mamba2_params::workspace) for up to `ws_rows` batch rows; every launch's params carry it.
+  bool use_workspace = false;
+  int ws_rows = 0;
+  dev_array<float> ws;
 
   mamba2_case(int H, int G, bool with_z) {
     cfg = ref::mamba2_config{H, P, N, G, true, with_z, true};
@@ -72,6 +79,11 @@ struct mamba2_case {
     bB = dev_array<T>(size_t(slots) * L * G * N);
     bdt = dev_array<float>(size_t(slots) * L * H);
     cursor = dev_array<int32_t>(slots);
+    if (use_workspace) {  // NaN: whatever decode reads, the coefficient kernel must write first
+      ws_rows = 4 * std::max(b, slots);
+      ws = dev_array<float>(size_t(mamba2_params<Policy>::workspace_elems(ws_rows, H)));
+      ws.poison();
+    }
     arrivals = dev_array<uint32_t>(slots);
     for (auto* a : {&pool_r, &pool_e, &bdt}) a->junk(rng);
     bx.junk(rng);
@@ -190,6 +202,10 @@ struct mamba2_case {
       p.serving = rows_pool(serving_r.ptr, num_slots);
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
+    if (use_workspace) {
+      if (rows > ws_rows) throw std::runtime_error("mamba2_case: workspace smaller than rows");
+      p.workspace = ws.ptr;
+    }
     return p;
   }
   void ref_step(ref_state& s, const step_t& st, std::vector<double>& y) const {

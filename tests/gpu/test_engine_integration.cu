@@ -294,9 +294,22 @@ TEST_CASE("a captured decode step replays 1000 times as sequences join and leave
     rtest::mamba2_case<m2> c(16, 2, true);
     run_graph_decode(c, replays, rng);
   }
+  SECTION("mamba2 16 heads, 2 groups, split replay step (workspace, PDL edge in the graph)") {
+    rtest::mamba2_case<m2> c(16, 2, true);
+    c.use_workspace = true;
+    run_graph_decode(c, replays, rng);
+  }
   SECTION("gated deltanet 2 k heads, 4 v heads") {
     rtest::gdn_case<gdn> c(2, 4);
     run_graph_decode(c, replays, rng);
+  }
+  SECTION("gated deltanet kv and vk, split replay step (workspace, PDL edge in the graph)") {
+    rtest::gdn_case<gdn> c(2, 4);
+    c.use_workspace = true;
+    run_graph_decode(c, replays, rng);
+    rtest::gdn_case<gdn_vk> d(2, 4);
+    d.use_workspace = true;
+    run_graph_decode(d, replays, rng);
   }
 }
 
@@ -310,6 +323,11 @@ TEST_CASE("branches forked from one sequence share its checkpoint and never writ
     rtest::mamba2_case<m2> c(16, 2, true);
     run_branches(c, steps, rng);
   }
+  SECTION("mamba2, split replay step (workspace)") {
+    rtest::mamba2_case<m2> c(16, 2, true);
+    c.use_workspace = true;
+    run_branches(c, steps, rng);
+  }
   SECTION("gated deltanet kv") {
     rtest::gdn_case<gdn> c(2, 4);
     run_branches(c, steps, rng);
@@ -317,6 +335,14 @@ TEST_CASE("branches forked from one sequence share its checkpoint and never writ
   SECTION("gated deltanet vk") {
     rtest::gdn_case<gdn_vk> c(2, 4);
     run_branches(c, steps, rng);
+  }
+  SECTION("gated deltanet kv and vk, split replay step (workspace)") {
+    rtest::gdn_case<gdn> c(2, 4);
+    c.use_workspace = true;
+    run_branches(c, steps, rng);
+    rtest::gdn_case<gdn_vk> d(2, 4);
+    d.use_workspace = true;
+    run_branches(d, steps, rng);
   }
 }
 

@@ -52,3 +52,39 @@ TEMPLATE_TEST_CASE("gated deltanet replay equals eager and the float64 reference
     }
   }
 }
+
+// The split replay step (gdn_params::workspace): the same long run with a workspace on every
+// decode_step (commits in the launch, explicit commits, null rows, slot permutations), both
+// layouts. The pipelined policies ignore the workspace (their fused path must stay correct with
+// one set).
+TEMPLATE_TEST_CASE(
+    "gated deltanet split replay step (workspace) equals eager and the float64 "
+    "reference",
+    "[gpu][gdn][replay][split]", gdn_kv_f32_L8_K1, gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K8,
+    gdn_kv_f32_L16_K16, gdn_kv_f32_L32_K16, gdn_vk_f32_L16_K16, gdn_vk_f32_L32_K8,
+    gdn_kv_bf16_L32_K16, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const auto cfg = rtest::default_run_config<typename TestType::input_type>();
+  struct shape {
+    int Hk, Hv;
+    const char* name;
+  };
+  for (const shape s : {shape{16, 32, "Qwen3-Next-like 16/32/128/128"},
+                        shape{16, 64, "Qwen3.5-122B-like 16/64/128/128"},
+                        shape{2, 20, "10 value heads per k head (coefficient warps loop)"}}) {
+    SECTION(s.name) {
+      gdn_case<TestType> c(s.Hk, s.Hv);
+      c.use_workspace = true;
+      const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
+      std::printf(
+          "[gdn split K=%d L=%d %s %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
+          "replay-eager %.2e state %.2e\n",
+          TestType::commit_interval, TestType::buffer_len,
+          TestType::rule::layout == state_layout::kv ? "kv" : "vk",
+          sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
+          rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
+    }
+  }
+}

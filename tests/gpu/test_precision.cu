@@ -219,6 +219,11 @@ TEMPLATE_TEST_CASE("precision pairs keep the master exact; single checkpoints st
     rtest::mamba2_case<m2<TestType>> c(16, 2, true);
     run_precision(c, steps, rng);
   }
+  SECTION("mamba2 16 heads, 2 groups, with z, split replay step (workspace)") {
+    rtest::mamba2_case<m2<TestType>> c(16, 2, true);
+    c.use_workspace = true;  // the split step reads the serving copy, as the fused one
+    run_precision(c, steps, rng);
+  }
   SECTION("gated deltanet kv 2/4 heads") {
     rtest::gdn_case<gdn<TestType>> c(2, 4);
     run_precision(c, steps, rng);
@@ -234,5 +239,21 @@ TEMPLATE_TEST_CASE("precision pairs keep the master exact; single checkpoints st
   SECTION("gated deltanet vk 2/4 heads, K 8") {
     rtest::gdn_case<gdn_vk<TestType>> c(2, 4);
     run_precision(c, steps, rng);
+  }
+  SECTION("gated deltanet kv and vk, split replay step (workspace), one and several tiles") {
+    // The split step reads the serving copy, as the fused one; several tiles of one value head
+    // read one workspace row.
+    rtest::gdn_case<gdn<TestType>> c(2, 4);
+    c.use_workspace = true;
+    run_precision(c, steps / 2, rng);
+    rtest::gdn_case<gdn_vk<TestType>> d(2, 4);
+    d.use_workspace = true;
+    run_precision(d, steps / 2, rng);
+    rtest::gdn_case<gdn_tiles<TestType>> a(2, 4);
+    a.use_workspace = true;
+    run_precision(a, steps / 4, rng);
+    rtest::gdn_case<gdn_vk_tiles<TestType>> b(2, 4);
+    b.use_workspace = true;
+    run_precision(b, steps / 4, rng);
   }
 }

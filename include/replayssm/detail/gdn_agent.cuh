@@ -1,6 +1,7 @@
 // Block-level Gated DeltaNet agent and its __global__ entry.
 #pragma once
 
+#include <replayssm/detail/gdn_split.cuh>
 #include <replayssm/detail/ops.cuh>
 #include <replayssm/detail/run_item.cuh>
 #include <replayssm/detail/tile.cuh>
@@ -17,8 +18,11 @@ struct gdn_tile_for<Rule, Tile, Threads, state_layout::vk> {
   using type = keep_major_tile<Tile, Rule::head_k_dim, Threads>;  // [V, K]: k contiguous
 };
 
-/// One block works on `Policy::tile` columns of V of one value head of one batch row.
-template <class Policy, op Op, int MaxDraft = 1, bool Branch = false>
+/// One block works on `Policy::tile` columns of V of one value head of one batch row. `Split`:
+/// the decode kernel of the split replay step (gdn_split.cuh, `params.workspace` set): its
+/// replay rows read r and the coefficients from the coefficient kernel; without it (the
+/// default) the kernels are exactly the fused ones.
+template <class Policy, op Op, int MaxDraft = 1, bool Branch = false, bool Split = false>
 struct gdn_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
@@ -48,7 +52,6 @@ struct gdn_agent {
                                                      : L;
   // Buffered rows decode stages at most (it clamps its cursor to L - 1).
   static constexpr int NB = L > 1 ? L - 1 : 1;
-  static constexpr int RPL = (KD + 31) / 32;  // sweep elements per lane
   static constexpr bool kv = (rule::layout == state_layout::kv);
   using tile_t = typename gdn_tile_for<rule, VT, NT>::type;
   static constexpr bool drafts = (Op == op::verify || Op == op::eager_draft || Op == op::accept);
@@ -66,6 +69,16 @@ struct gdn_agent {
       "gated_deltanet: the policy's Tile (columns of V per block) must divide head_v_dim.");
   static_assert(VT <= NT && KD <= NT,
                 "gated_deltanet: the policy's Tile and head_k_dim must not exceed BlockThreads.");
+
+  /// The split replay step (gdn_split.cuh, `params.workspace`) exists for decode with the
+  /// one-item-per-block kernel only: pipelined policies keep the fused path (the launcher
+  /// ignores the workspace there).
+  static constexpr bool split_step = Split;
+  static_assert(!Split || (Op == op::decode && Policy::pipeline_stages < 2),
+                "gated_deltanet: the split replay step is a decode kernel of one item per block");
+  /// The decode kernel of the split replay step for this agent (kernels.cuh
+  /// launch_items_or_split; named, not instantiated, by the other operations).
+  using split_agent = gdn_agent<Policy, op::decode, 1, Branch, true>;
 
   static REPLAYSSM_HD int heads(const params_t& p) { return p.num_v_heads; }  ///< heads per row
   static constexpr int tiles_per_head = VD / VT;  ///< blocks (work items) per head
@@ -114,30 +127,24 @@ struct gdn_agent {
   /// drafts n0 + k with bit k of `mask` set take part (a token tree's path); the others count as
   /// absent. Call from all lanes of one warp.
   REPLAYSSM_DEVICE void sweep(int qi, int m, int n0, uint32_t mask) {
-    const int lane = threadIdx.x & 31;
-    float r[RPL];
-#pragma unroll
-    for (int e = 0; e < RPL; ++e) r[e] = (lane + 32 * e < KD) ? s.q[qi][lane + 32 * e] : 0.f;
-    for (int j = m - 1; j >= 0; --j) {
-      if (j >= n0 && !((mask >> (j - n0)) & 1u)) {  // not on this draft's path
-        if (lane == 0) s.c[qi][j] = 0.f;
-        continue;
-      }
-      float d = 0.f;
-#pragma unroll
-      for (int e = 0; e < RPL; ++e)
-        if (lane + 32 * e < KD) d = fmaf(s.k[j][lane + 32 * e], r[e], d);
-      d = warp_sum(d);
-      const float alpha = expf(s.g[j]);
-      const float bc = s.beta[j] * d;
-#pragma unroll
-      for (int e = 0; e < RPL; ++e)
-        if (lane + 32 * e < KD) r[e] = alpha * fmaf(-bc, s.k[j][lane + 32 * e], r[e]);
-      if (lane == 0) s.c[qi][j] = bc;
+    gdn_sweep<KD>(s.k, s.g, s.beta, s.q[qi], s.q[qi], s.c[qi], m, n0, mask);
+  }
+
+  /// The split replay step's sweep result for row b, value head hv, m staged steps: r into
+  /// s.q[0] and c_0 .. c_{m-1} into s.c[0], as written by gdn_coef_kernel (workspace row
+  /// (b, hv)). Waits for that kernel (PDL) first; the state tile and the v rows were requested
+  /// before. Call from all threads after the staging barriers; ends with a barrier.
+  REPLAYSSM_DEVICE void split_sweep(const params_t& p, int b, int hv, int m) {
+    pdl_wait();  // the coefficient grid has completed and its writes are visible
+    const float* ws = p.workspace + (int64_t(b) * p.num_v_heads + hv) * (KD + L);
+    for (int i = threadIdx.x; i < KD + m; i += NT) {
+      const float w = ws[i];
+      if (i < KD)
+        s.q[0][i] = w;
+      else
+        s.c[0][i - KD] = w;
     }
-#pragma unroll
-    for (int e = 0; e < RPL; ++e)
-      if (lane + 32 * e < KD) s.q[qi][lane + 32 * e] = r[e];
+    __syncthreads();
   }
 
   /// Folds the first m staged steps (k normalised) into the state tile: the delta-rule update,
@@ -180,8 +187,16 @@ struct gdn_agent {
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
     slot_arrival arrival;
+    // The split replay step: r and the coefficients come from the coefficient kernel
+    // (workspace), so only the v rows are staged. (Split kernels only; committing rows take the
+    // fused path.)
+    const bool split = Split && !commit;
 
-    if constexpr (Op == op::decode) {  // the buffered rows, all requested before any is used
+    if (split) {
+      staged_rows<NB, VT, NT, T> vq;
+      vq.load(p.buffer.v + (buf_step(slot, 0) * Hv + hv) * VD + v0, int64_t(Hv) * VD, n);
+      vq.store(s.v, n);
+    } else if constexpr (Op == op::decode) {  // the buffered rows, all requested before use
       staged_rows<NB, KD, NT, T> kq;
       staged_rows<NB, VT, NT, T> vq;
       kq.load(p.buffer.k + (buf_step(slot, 0) * Hk + hk) * KD, int64_t(Hk) * KD, n);
@@ -227,25 +242,21 @@ struct gdn_agent {
       // index) before the barrier, so the atomic's round trip overlaps the rest of the item.
       if constexpr (Op == op::decode) arrival.arrive(p.cursors.arrivals, slot);
       if (threadIdx.x < 32) {  // the step's own normalisation factors
-        float qq = 0.f, kk = 0.f;
-        for (int e = threadIdx.x; e < KD; e += 32) {
-          qq = fmaf(s.q[0][e], s.q[0][e], qq);
-          kk = fmaf(s.k[n][e], s.k[n][e], kk);
-        }
-        qq = warp_sum(qq);
-        kk = warp_sum(kk);
+        float qs, ks;
+        gdn_step_factors<KD>(p, s.q[0], s.k[n], qs, ks);
         if (threadIdx.x == 0) {
-          const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
-          s.qscale[0] = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
-          s.ksc[n] = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
+          s.qscale[0] = qs;
+          s.ksc[n] = ks;
         }
       }
     }
     __syncthreads();
-    // Normalise: k_j = raw k_j * its factor (exactly what the step computed), q scaled.
-    for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
-    if (has_current && threadIdx.x < KD) s.q[0][threadIdx.x] *= s.qscale[0];
-    __syncthreads();
+    if (!split) {  // (the split step needs only the current k's factor, for the buffer)
+      // Normalise: k_j = raw k_j * its factor (exactly what the step computed), q scaled.
+      for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
+      if (has_current && threadIdx.x < KD) s.q[0][threadIdx.x] *= s.qscale[0];
+      __syncthreads();
+    }
 
     if (commit) {
       if constexpr (Op == op::decode) reload_master<gdn_agent>(tile, p, ck.rd, hv, t);  // (pairs)
@@ -263,9 +274,13 @@ struct gdn_agent {
       store_copy<gdn_agent>(tile, p, ck.wr, hv, t);  // a pair's copy, from the master
       if (has_current) tile.contract(s.q[0], s.o, s.scratch);
     } else {
-      // Backward sweep: q <- M_1 ... M_m q, c_j = beta_j k_j . (M_{j+1} ... M_m q).
-      if (threadIdx.x < 32) sweep(0, m, m, 0u);
-      __syncthreads();
+      if constexpr (Split) {  // (here !commit, so split)
+        split_sweep(p, b, hv, m);
+      } else {
+        // Backward sweep: q <- M_1 ... M_m q, c_j = beta_j k_j . (M_{j+1} ... M_m q).
+        if (threadIdx.x < 32) sweep(0, m, m, 0u);
+        __syncthreads();
+      }
       tile.contract(s.q[0], s.o, s.scratch);
       if (threadIdx.x < VT) {
         float o = s.o[threadIdx.x];
@@ -352,17 +367,11 @@ struct gdn_agent {
   REPLAYSSM_DEVICE void draft_norms(const params_t& p, int n, int nd) {
     const int lane = threadIdx.x & 31;
     for (int d = threadIdx.x >> 5; d < nd; d += NT / 32) {
-      float qq = 0.f, kk = 0.f;
-      for (int e = lane; e < KD; e += 32) {
-        qq = fmaf(s.q[d][e], s.q[d][e], qq);
-        kk = fmaf(s.k[n + d][e], s.k[n + d][e], kk);
-      }
-      qq = warp_sum(qq);
-      kk = warp_sum(kk);
+      float qs, ks;
+      gdn_step_factors<KD>(p, s.q[d], s.k[n + d], qs, ks);
       if (lane == 0) {
-        const float scale = p.scale != 0.f ? p.scale : rsqrtf(float(KD));
-        s.qscale[d] = (p.l2norm_qk ? 1.f / sqrtf(qq + 1e-6f) : 1.f) * scale;
-        s.ksc[n + d] = p.l2norm_qk ? 1.f / sqrtf(kk + 1e-6f) : 1.f;
+        s.qscale[d] = qs;
+        s.ksc[n + d] = ks;
       }
     }
   }

@@ -108,6 +108,19 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
 }
 
 namespace detail {
+/// The grid of `Agent`, or for a decode with a workspace the split replay step
+/// (launch_items_or_split) after gdn_coef_kernel, one block per (k head, batch row).
+template <class Agent, op Op>
+result launch_gdn_items(const typename Agent::params_t& p, const state_pool_ref& other,
+                        cudaStream_t stream) {
+  using policy = typename Agent::policy;
+  return launch_items_or_split<Agent, Op>(p, other, stream, [&p](auto s) {  // (decode only)
+    const dim3 grid(unsigned(p.num_k_heads), unsigned(p.rows.batch));
+    gdn_coef_kernel<policy><<<grid, gdn_coef_threads, 0, s>>>(p);
+    return check_launch();
+  });
+}
+
 template <class Policy, op Op, int MaxDraft = 1>
 result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cudaStream_t stream) {
   using rule = typename Policy::rule;
@@ -131,6 +144,10 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
       return fail(status::bad_shape,
                   "gated_deltanet: the caller's state buffer has fewer rows than batch");
   }
+  if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (agent's split_step)
+    if (p.workspace != nullptr && !aligned(p.workspace, alignof(float)))
+      return fail(status::misaligned_pointer, "gated_deltanet: workspace must be 4-byte aligned");
+  }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
   if ((Op == op::verify || Op == op::eager_draft) && p.spec.num_draft == nullptr)
@@ -149,10 +166,10 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
       return fail(status::null_pointer,
                   "gated_deltanet: fork needs branch.ckpt_of and branch.fork_src");
     if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
-      return launch_items<gdn_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
+      return launch_gdn_items<gdn_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
   }
   if constexpr (Op != op::fork)
-    return launch_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
+    return launch_gdn_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
   else
     return ok();  // (not reached: fork always branches)
 }

@@ -92,5 +92,44 @@ result launch_items(const typename Agent::params_t& p, const state_pool_ref& oth
   return check_launch();
 }
 
+/// The split replay step of decode (mamba2_split.cuh, gdn_split.cuh; experimental): `coef`, a
+/// callable launching the rule's coefficient grid on `stream` and returning its result, then
+/// the decode grid of `Agent::split_agent` (one item per block) with programmatic stream
+/// serialization, so that its blocks may start (and request their state) once every
+/// coefficient block has read its cursor and triggered; its replay rows wait for the
+/// coefficients in pdl_wait. Two stream launches, no synchronisation, no allocation: capturable
+/// in a CUDA graph (as a programmatic edge). Every other launch, a decode without a workspace
+/// and pipelined policies (their persistent kernel keeps the fused path) go to launch_items.
+template <class Agent, op Op, class Coef>
+result launch_items_or_split(const typename Agent::params_t& p, const state_pool_ref& other,
+                             cudaStream_t stream, Coef&& coef) {
+  using policy = typename Agent::policy;
+  if constexpr (Op == op::decode && policy::pipeline_stages < 2) {
+    if (p.workspace != nullptr) {
+      using split = typename Agent::split_agent;
+      if (p.rows.batch == 0) return ok();
+      if (auto r = coef(stream); !r) return r;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(unsigned(split::heads(p)) * split::tiles_per_head, unsigned(p.rows.batch));
+      cfg.blockDim = dim3(policy::block_threads);
+      cfg.dynamicSmemBytes = 0;
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1] = {};
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      if (cudaLaunchKernelEx(&cfg, item_kernel<split>, p, state_pool_ref{}) != cudaSuccess) {
+        (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
+        return fail(status::cuda_error,
+                    "the split replay step's decode launch failed (cudaLaunchKernelEx with "
+                    "programmatic stream serialization)");
+      }
+      return check_launch();
+    }
+  }
+  return launch_items<Agent, Op>(p, other, stream);
+}
+
 }  // namespace detail
 }  // namespace replayssm

@@ -1,6 +1,7 @@
 // Block-level Mamba-2 agent and its __global__ entry.
 #pragma once
 
+#include <replayssm/detail/mamba2_split.cuh>
 #include <replayssm/detail/ops.cuh>
 #include <replayssm/detail/run_item.cuh>
 #include <replayssm/detail/tile.cuh>
@@ -9,8 +10,10 @@ namespace replayssm {
 namespace detail {
 
 /// One block works on `Policy::tile` rows of one head of one batch row. `MaxDraft`: draft steps
-/// per row of a verification launch (op::verify).
-template <class Policy, op Op, int MaxDraft = 1, bool Branch = false>
+/// per row of a verification launch (op::verify). `Split`: the decode kernel of the split replay
+/// step (mamba2_split.cuh, `params.workspace` set): its replay rows read their weights from the
+/// coefficient kernel; without it (the default) the kernels are exactly the fused ones.
+template <class Policy, op Op, int MaxDraft = 1, bool Branch = false, bool Split = false>
 struct mamba2_agent {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
@@ -56,6 +59,16 @@ struct mamba2_agent {
                 "mamba2: the buffer must hold a full window (up to CommitInterval - 1 + MaxDraft "
                 "accepted steps) plus the next draft: BufferLen >= CommitInterval - 1 + 2 * "
                 "MaxDraft.");
+
+  /// The split replay step (mamba2_split.cuh, `params.workspace`) exists for decode with the
+  /// one-item-per-block kernel only: pipelined policies keep the fused path (the launcher
+  /// ignores the workspace there).
+  static constexpr bool split_step = Split;
+  /// The decode kernel of the split replay step for this agent (kernels.cuh
+  /// launch_items_or_split; named, not instantiated, by the other operations).
+  using split_agent = mamba2_agent<Policy, op::decode, 1, Branch, true>;
+  static_assert(!Split || (Op == op::decode && Policy::pipeline_stages < 2),
+                "mamba2: the split replay step is a decode kernel of one item per block");
 
   static REPLAYSSM_HD int heads(const params_t& p) { return p.nheads; }  ///< heads per row
   static constexpr int tiles_per_head = P / TR;  ///< blocks (work items) per head
@@ -161,6 +174,23 @@ struct mamba2_agent {
     }
   }
 
+  /// The split replay step's output for the step whose C vector is s.C[0]: as replay_rows, with
+  /// the weights and exp(sum A dt) computed by mamba2_coef_kernel (workspace row (b, h)) instead
+  /// of from staged B rows. Waits for that kernel (PDL) first; the state tile, x rows and C were
+  /// requested before. Call from all threads after the staging barrier.
+  REPLAYSSM_DEVICE void split_rows(const params_t& p, const tile_t& tile, int b, int h, int m) {
+    pdl_wait();  // the coefficient grid has completed and its writes are visible
+    const float* ws = p.workspace + (int64_t(b) * p.nheads + h) * (L + 1);
+    if (int(threadIdx.x) < m) s.w[0][threadIdx.x] = ws[threadIdx.x];
+    if (threadIdx.x == NT - 1) s.decay[0] = ws[L];
+    tile.contract(s.C[0], s.y[0], nullptr);  // its barrier also publishes w and decay
+    if (threadIdx.x < TR) {
+      float y = s.decay[0] * s.y[0][threadIdx.x];
+      for (int j = 0; j < m; ++j) y = fmaf(s.w[0][j], s.x[j][threadIdx.x], y);
+      s.y[0][threadIdx.x] = y;
+    }
+  }
+
   /// The rest of work item (b, h, t) once its state tile is in registers (or requested: the
   /// loads complete at first use). Cursor-independent inputs are requested first, then the
   /// cursor-dependent buffer rows, all in one wave.
@@ -194,14 +224,22 @@ struct mamba2_agent {
     if (has_current) {
       if (p.weights.D) D = p.weights.D[h];
       if (p.in.z && threadIdx.x < TR)
-        gate = to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + threadIdx.x]);
+        gate =
+            to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + row0 + threadIdx.x]);
     }
     const int n = (Op == op::eager) ? 0 : buffered_steps<Op, K, L>(p.cursors.cursor[slot]);
     if (Op == op::flush && n == 0) return;  // nothing buffered: the checkpoint is current
     const bool commit = (Op != op::decode) || (n + 1 >= K);
     const int m = n + (has_current ? 1 : 0);
+    // The split replay step: the weights come from the coefficient kernel (workspace), so only
+    // the x rows are staged. (Split kernels only; committing rows take the fused path.)
+    const bool split = Split && !commit;
 
-    if constexpr (Op == op::decode) {  // the buffered rows, all requested before any is used
+    if (split) {
+      staged_rows<NB, TR, NT, T> xq;
+      xq.load(p.buffer.x + (buf_step(slot, 0) * H + h) * P + row0, int64_t(H) * P, n);
+      xq.store(s.x, n);
+    } else if constexpr (Op == op::decode) {  // the buffered rows, all requested before use
       staged_rows<NB, N, NT, T> Bq;
       staged_rows<NB, TR, NT, T> xq;
       Bq.load(p.buffer.B + (buf_step(slot, 0) * p.ngroups + g) * N, int64_t(p.ngroups) * N, n);
@@ -254,7 +292,10 @@ struct mamba2_agent {
       store_copy<mamba2_agent>(tile, p, ck.wr, h, t);  // a pair's copy, from the master
       if (has_current) tile.contract(s.C[0], s.y[0], nullptr);
     } else {
-      replay_rows(tile, m, A);
+      if constexpr (Split)  // (here !commit, so split)
+        split_rows(p, tile, b, h, m);
+      else
+        replay_rows(tile, m, A);
       // Append the current step to the buffer (the inputs exactly as given).
       // (Converting back to T is exact: the values came from T.)
       if (threadIdx.x < TR)

@@ -96,6 +96,20 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
 }
 
 namespace detail {
+/// The grid of `Agent`, or for a decode with a workspace the split replay step
+/// (launch_items_or_split) after mamba2_coef_kernel, one block per batch row.
+template <class Agent, op Op>
+result launch_mamba2_items(const typename Agent::params_t& p, const state_pool_ref& other,
+                           cudaStream_t stream) {
+  using policy = typename Agent::policy;
+  return launch_items_or_split<Agent, Op>(
+      p, other, stream, [&p](auto s) {  // (generic: instantiated for decode only)
+        const size_t smem = size_t(p.ngroups) * policy::buffer_len * sizeof(float);
+        mamba2_coef_kernel<policy><<<unsigned(p.rows.batch), mamba2_coef_threads, smem, s>>>(p);
+        return check_launch();
+      });
+}
+
 template <class Policy, op Op, int MaxDraft = 1>
 result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other,
                      cudaStream_t stream) {
@@ -119,6 +133,16 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
     if (other.num_slots < p.rows.batch * (Op == op::eager_draft ? MaxDraft : 1))
       return fail(status::bad_shape, "mamba2: the caller's state buffer has fewer rows than batch");
   }
+  if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (agent's split_step)
+    if (p.workspace != nullptr) {
+      if (!aligned(p.workspace, alignof(float)))
+        return fail(status::misaligned_pointer, "mamba2: workspace must be 4-byte aligned");
+      if (int64_t(p.ngroups) * Policy::buffer_len * int64_t(sizeof(float)) > 48 * 1024)
+        return fail(status::bad_shape,
+                    "mamba2: the split decode step (workspace set) stages ngroups * BufferLen "
+                    "dot products in 48 KiB of shared memory: too many groups; pass no workspace");
+    }
+  }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");
   if ((Op == op::verify || Op == op::eager_draft) && p.spec.num_draft == nullptr)
@@ -135,10 +159,10 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
     if (Op == op::fork && (!p.branch.ckpt_of || !p.branch.fork_src))
       return fail(status::null_pointer, "mamba2: fork needs branch.ckpt_of and branch.fork_src");
     if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
-      return launch_items<mamba2_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
+      return launch_mamba2_items<mamba2_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
   }
   if constexpr (Op != op::fork)
-    return launch_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
+    return launch_mamba2_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);
   else
     return ok();  // (not reached: fork always branches)
 }

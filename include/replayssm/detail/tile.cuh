@@ -40,6 +40,23 @@ REPLAYSSM_DEVICE float warp_sum(float v) {
   return v;
 }
 
+/// Programmatic dependent launch (the split replay step: a coefficient grid, then the decode
+/// grid launched with programmatic stream serialization, kernels.cuh launch_split_items).
+/// pdl_trigger lets the dependent grid be scheduled once every block of this grid has called it
+/// (or exited); pdl_wait blocks until the primary grid has completed and its writes are
+/// visible. The device calls exist from sm_90 on; below it the dependent grid is not launched
+/// early (the attribute has no effect there), so plain stream order already covers it.
+REPLAYSSM_DEVICE void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+REPLAYSSM_DEVICE void pdl_wait() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  cudaGridDependencySynchronize();
+#endif
+}
+
 /// Sums each of F values over a group of `Lanes` lanes (a power of two, aligned within the warp)
 /// by halving: at every level a lane keeps half of its values and sends the other half, so the
 /// group needs F - 1 + log2(Lanes / F) shuffles instead of F log2(Lanes). Afterwards lane l holds
