@@ -1,4 +1,4 @@
-// The split replay step of Gated DeltaNet decode (experimental): the state-independent part of a
+// The split replay step of Gated DeltaNet decode: the state-independent part of a
 // replay (non-commit) step, computed by a small kernel before the decode grid, which then reads
 // it from `gdn_params::workspace` after pdl_wait (programmatic dependent launch, sm_90+). Also
 // the pieces gdn_agent shares with it (the backward sweep, the step's normalisation factors), so

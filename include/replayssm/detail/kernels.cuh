@@ -92,7 +92,7 @@ result launch_items(const typename Agent::params_t& p, const state_pool_ref& oth
   return check_launch();
 }
 
-/// The split replay step of decode (mamba2_split.cuh, gdn_split.cuh; experimental): `coef`, a
+/// The split replay step of decode (mamba2_split.cuh, gdn_split.cuh): `coef`, a
 /// callable launching the rule's coefficient grid on `stream` and returning its result, then
 /// the decode grid of `Agent::split_agent` (one item per block) with programmatic stream
 /// serialization, so that its blocks may start (and request their state) once every

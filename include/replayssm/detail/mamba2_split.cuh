@@ -1,4 +1,4 @@
-// The split replay step of Mamba-2 decode (experimental): the state-independent part of a
+// The split replay step of Mamba-2 decode: the state-independent part of a
 // replay (non-commit) step, computed once per batch row by a small kernel before the decode
 // grid, which then reads it from `mamba2_params::workspace` after cudaGridDependencySynchronize
 // (programmatic dependent launch, sm_90+).
