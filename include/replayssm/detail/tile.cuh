@@ -41,7 +41,7 @@ REPLAYSSM_DEVICE float warp_sum(float v) {
 }
 
 /// Programmatic dependent launch (the split replay step: a coefficient grid, then the decode
-/// grid launched with programmatic stream serialization, kernels.cuh launch_split_items).
+/// grid launched with programmatic stream serialization, kernels.cuh launch_items_or_split).
 /// pdl_trigger lets the dependent grid be scheduled once every block of this grid has called it
 /// (or exited); pdl_wait blocks until the primary grid has completed and its writes are
 /// visible. The device calls exist from sm_90 on; below it the dependent grid is not launched
