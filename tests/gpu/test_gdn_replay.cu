@@ -23,34 +23,44 @@ using gdn_kv_bf16_L32_K16 = replay_policy<gkvb, 32, 16>;
 using gdn_kv_f32_L16_K16_pipe3 = replay_policy<gkv, 16, 16, precision::fp32, 64, 128, 3>;
 using gdn_vk_f32_L16_K8_pipe2 = replay_policy<gvk, 16, 8, precision::fp32, 128, 128, 2>;
 
+struct shape {
+  int Hk, Hv;
+  const char* name;
+};
+const shape qwen3_next{16, 32, "Qwen3-Next-like 16/32/128/128"};
+const shape qwen35{16, 64, "Qwen3.5-122B-like 16/64/128/128"};
+
+// The long run of one policy on `shapes`, with or without the split replay step's workspace
+// (gdn_params::workspace on every decode_step).
+template <class Policy>
+void run_long(bool workspace, std::initializer_list<shape> shapes) {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const auto cfg = rtest::default_run_config<typename Policy::input_type>();
+  for (const shape s : shapes) {
+    SECTION(s.name) {
+      gdn_case<Policy> c(s.Hk, s.Hv);
+      c.use_workspace = workspace;
+      const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
+      std::printf(
+          "[gdn%s K=%d L=%d %s %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
+          "replay-eager %.2e state %.2e\n",
+          workspace ? " split" : "", Policy::commit_interval, Policy::buffer_len,
+          Policy::rule::layout == state_layout::kv ? "kv" : "vk",
+          sizeof(typename Policy::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
+          rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
+    }
+  }
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("gated deltanet replay equals eager and the float64 reference over 2048 steps",
                    "[gpu][gdn][replay]", gdn_kv_f32_L8_K1, gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K8,
                    gdn_kv_f32_L16_K16, gdn_kv_f32_L32_K16, gdn_vk_f32_L16_K16, gdn_vk_f32_L32_K8,
                    gdn_kv_bf16_L32_K16, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
-  const uint64_t seed = rtest::fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937_64 rng(seed);
-  const auto cfg = rtest::default_run_config<typename TestType::input_type>();
-  struct shape {
-    int Hk, Hv;
-    const char* name;
-  };
-  for (const shape s : {shape{16, 32, "Qwen3-Next-like 16/32/128/128"},
-                        shape{16, 64, "Qwen3.5-122B-like 16/64/128/128"}}) {
-    SECTION(s.name) {
-      gdn_case<TestType> c(s.Hk, s.Hv);
-      const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
-      std::printf(
-          "[gdn K=%d L=%d %s %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
-          "replay-eager %.2e state %.2e\n",
-          TestType::commit_interval, TestType::buffer_len,
-          TestType::rule::layout == state_layout::kv ? "kv" : "vk",
-          sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
-          rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
-    }
-  }
+  run_long<TestType>(false, {qwen3_next, qwen35});
 }
 
 // The split replay step (gdn_params::workspace): the same long run with a workspace on every
@@ -63,28 +73,6 @@ TEMPLATE_TEST_CASE(
     "[gpu][gdn][replay][split]", gdn_kv_f32_L8_K1, gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K8,
     gdn_kv_f32_L16_K16, gdn_kv_f32_L32_K16, gdn_vk_f32_L16_K16, gdn_vk_f32_L32_K8,
     gdn_kv_bf16_L32_K16, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
-  const uint64_t seed = rtest::fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937_64 rng(seed);
-  const auto cfg = rtest::default_run_config<typename TestType::input_type>();
-  struct shape {
-    int Hk, Hv;
-    const char* name;
-  };
-  for (const shape s : {shape{16, 32, "Qwen3-Next-like 16/32/128/128"},
-                        shape{16, 64, "Qwen3.5-122B-like 16/64/128/128"},
-                        shape{2, 20, "10 value heads per k head (coefficient warps loop)"}}) {
-    SECTION(s.name) {
-      gdn_case<TestType> c(s.Hk, s.Hv);
-      c.use_workspace = true;
-      const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
-      std::printf(
-          "[gdn split K=%d L=%d %s %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
-          "replay-eager %.2e state %.2e\n",
-          TestType::commit_interval, TestType::buffer_len,
-          TestType::rule::layout == state_layout::kv ? "kv" : "vk",
-          sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
-          rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
-    }
-  }
+  run_long<TestType>(
+      true, {qwen3_next, qwen35, shape{2, 20, "10 value heads per k head (coefficient warps loop)"}});
 }

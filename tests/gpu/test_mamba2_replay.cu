@@ -19,16 +19,14 @@ using mamba2_bf16_L32_K16 = replay_policy<m2b, 32, 16>;
 using mamba2_f32_L16_K16_pipe3 = replay_policy<m2f, 16, 16, precision::fp32, 64, 256, 3>;
 using mamba2_bf16_L8_K4_pipe2 = replay_policy<m2b, 8, 4, precision::fp32, 32, 128, 2>;
 
-}  // namespace
-
-TEMPLATE_TEST_CASE("mamba2 replay equals eager and the float64 reference over 2048 steps",
-                   "[gpu][mamba2][replay]", mamba2_f32_L8_K1, mamba2_f32_L8_K4, mamba2_f32_L16_K8,
-                   mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L32_K16,
-                   mamba2_f32_L16_K16_pipe3, mamba2_bf16_L8_K4_pipe2) {
+// The long run of one policy on the real shapes, with or without the split replay step's
+// workspace (mamba2_params::workspace on every decode_step).
+template <class Policy>
+void run_long(bool workspace) {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  const auto cfg = rtest::default_run_config<typename TestType::input_type>();
+  const auto cfg = rtest::default_run_config<typename Policy::input_type>();
   struct shape {
     int H, G;
     bool z;
@@ -37,16 +35,26 @@ TEMPLATE_TEST_CASE("mamba2 replay equals eager and the float64 reference over 20
   for (const shape s : {shape{128, 8, true, "Nemotron-3-Super-like 128/64/128/8 with z"},
                         shape{80, 1, false, "Mamba-2 2.7B 80/64/128/1"}}) {
     SECTION(s.name) {
-      mamba2_case<TestType> c(s.H, s.G, s.z);
+      mamba2_case<Policy> c(s.H, s.G, s.z);
+      c.use_workspace = workspace;
       const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
       std::printf(
-          "[mamba2 K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
+          "[mamba2%s K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
           "replay-eager %.2e state %.2e\n",
-          TestType::commit_interval, TestType::buffer_len,
-          sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
+          workspace ? " split" : "", Policy::commit_interval, Policy::buffer_len,
+          sizeof(typename Policy::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
           rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
     }
   }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("mamba2 replay equals eager and the float64 reference over 2048 steps",
+                   "[gpu][mamba2][replay]", mamba2_f32_L8_K1, mamba2_f32_L8_K4, mamba2_f32_L16_K8,
+                   mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L32_K16,
+                   mamba2_f32_L16_K16_pipe3, mamba2_bf16_L8_K4_pipe2) {
+  run_long<TestType>(false);
 }
 
 // The split replay step (mamba2_params::workspace): the same long run with a workspace on every
@@ -56,27 +64,5 @@ TEMPLATE_TEST_CASE("mamba2 split replay step (workspace) equals eager and the fl
                    "[gpu][mamba2][replay][split]", mamba2_f32_L8_K1, mamba2_f32_L8_K4,
                    mamba2_f32_L16_K8, mamba2_f32_L16_K16, mamba2_f32_L32_K16,
                    mamba2_bf16_L32_K16, mamba2_f32_L16_K16_pipe3) {
-  const uint64_t seed = rtest::fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937_64 rng(seed);
-  const auto cfg = rtest::default_run_config<typename TestType::input_type>();
-  struct shape {
-    int H, G;
-    bool z;
-    const char* name;
-  };
-  for (const shape s : {shape{128, 8, true, "Nemotron-3-Super-like 128/64/128/8 with z"},
-                        shape{80, 1, false, "Mamba-2 2.7B 80/64/128/1"}}) {
-    SECTION(s.name) {
-      mamba2_case<TestType> c(s.H, s.G, s.z);
-      c.use_workspace = true;
-      const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
-      std::printf(
-          "[mamba2 split K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
-          "replay-eager %.2e state %.2e\n",
-          TestType::commit_interval, TestType::buffer_len,
-          sizeof(typename TestType::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
-          rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
-    }
-  }
+  run_long<TestType>(true);
 }
