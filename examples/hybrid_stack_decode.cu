@@ -8,6 +8,9 @@
 //
 // Each token runs as one CUDA graph per input set (all layers' launches captured once), the way
 // engines run decode; the replay cursors live on the device, so commits happen inside the graphs.
+// The replay run passes every decode_step one workspace shared by all layers (the split replay
+// step, README "Memory"; the layers run one after another, so one is enough); HYBRID_WORKSPACE=0
+// runs the fused kernel instead.
 // Both runs see the same inputs (a ring of 8 random input sets), so at the end the replay
 // state (materialized) must equal the eager state of the same layer and slot to fp32 rounding:
 // the example checks that and exits non-zero otherwise.
@@ -93,8 +96,9 @@ int run(Stack& s, int layers, int batch, int tokens) {
               layers, batch, tokens);
   std::printf("  eager : %8.1f ms, %8.0f tokens/s, state memory %.1f GB\n", ms[0],
               batch * tokens / (ms[0] * 1e-3), gb_eager);
-  std::printf("  replay: %8.1f ms, %8.0f tokens/s, checkpoint + buffer %.1f GB (K = %d)\n", ms[1],
-              batch * tokens / (ms[1] * 1e-3), gb_replay, K);
+  std::printf("  replay: %8.1f ms, %8.0f tokens/s, checkpoint + buffer %.1f GB (K = %d, %s)\n",
+              ms[1], batch * tokens / (ms[1] * 1e-3), gb_replay, K,
+              s.ws ? "split step, workspace" : "fused kernel, no workspace");
   std::printf("  speed-up %.2fx; layer 0 state, replay vs eager after %d tokens: rel. err %.2e\n",
               ms[0] / ms[1], tokens, err);
   std::printf(
@@ -112,6 +116,7 @@ struct stack_common {
   int32_t* cursor;
   uint32_t* arrivals;
   float *init, *eager0;
+  float* ws = nullptr;  // the split replay step's workspace (one for all layers), or null
   stack_common(int layers, int batch, size_t state_elems) : L(layers), B(batch), S(state_elems) {
     for (int l = 0; l < L; ++l) pools.push_back(alloc<float>(B * S));
     cursor = alloc<int32_t>(size_t(L) * B);
@@ -119,6 +124,11 @@ struct stack_common {
     cudaMemset(arrivals, 0, size_t(L) * B * 4);
     init = alloc<float>(B * S);
     eager0 = alloc<float>(B * S);
+  }
+  /// Allocates the workspace (`elems` floats) unless HYBRID_WORKSPACE=0.
+  void use_workspace(int64_t elems) {
+    const char* e = std::getenv("HYBRID_WORKSPACE");
+    if (!(e && e[0] == '0')) ws = alloc<float>(size_t(elems));
   }
   double eager_bytes() const { return double(L) * B * S * 4; }
   void reset_states() {
@@ -177,6 +187,7 @@ struct mamba2_stack : stack_common<mamba2_stack> {
     fill_bf16<<<1024, 256>>>(dt, size_t(INPUT_SETS) * B * H, 7, -4.f, 1.f);
     fill_bf16<<<1024, 256>>>(Bm, bs, 8, -2.f, 2.f);
     fill_bf16<<<1024, 256>>>(C, bs, 9, -2.f, 2.f);
+    use_workspace(rs::mamba2_params<policy>::workspace_elems(B, H));
   }
   const char* name() const { return "Mamba-2 H128 P64 N128 G8"; }
   double replay_bytes() const {
@@ -197,6 +208,7 @@ struct mamba2_stack : stack_common<mamba2_stack> {
     p.state = {pools[l], int64_t(S), 64 * 128, 128, B};
     p.buffer = {bx[l], bB[l], bdt[l]};
     p.cursors = {cursor + size_t(l) * B, arrivals + size_t(l) * B};
+    p.workspace = ws;
     return p;
   }
 };
@@ -225,6 +237,7 @@ struct gdn_stack : stack_common<gdn_stack> {
     fill_bf16<<<1024, 256>>>(v, vs, 17, -2.f, 2.f);
     fill<<<1024, 256>>>(g, size_t(INPUT_SETS) * B * Hv, 18, -3.f, -0.01f);
     fill<<<1024, 256>>>(beta, size_t(INPUT_SETS) * B * Hv, 19, 0.05f, 0.95f);
+    use_workspace(rs::gdn_params<policy>::workspace_elems(B, Hv));
   }
   const char* name() const { return "Gated DeltaNet Hk16 Hv64 K=V=128"; }
   double replay_bytes() const {
@@ -245,6 +258,7 @@ struct gdn_stack : stack_common<gdn_stack> {
     p.state = {pools[l], int64_t(S), 128 * 128, 128, B};
     p.buffer = {bk[l], bks[l], bv[l], bg[l], bbeta[l]};
     p.cursors = {cursor + size_t(l) * B, arrivals + size_t(l) * B};
+    p.workspace = ws;
     return p;
   }
 };
