@@ -77,7 +77,7 @@ struct mamba2_setup {
   dev_array<T> x, dt, B, C, z, out, bx, bB;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
-  /// The split replay step's workspace (mamba2_params::workspace, experimental), passed to every
+  /// The split replay step's workspace (mamba2_params::workspace), passed to every
   /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 (decode_step alone reads it).
   dev_array<float> ws;
   bool use_workspace = true;
@@ -147,7 +147,7 @@ struct mamba2_setup {
     ckpt.apply(p, int64_t(P) * N, N);
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
-    if (use_workspace) p.workspace = ws.ptr;
+    if (use_workspace) p.workspace = ws.ptr, p.workspace_size = int64_t(ws.n);
     return p;
   }
   // Bytes one row must move: state (the checkpoint, or a pair's master; the copy output steps
@@ -169,7 +169,7 @@ struct gdn_setup {
   dev_array<T> q, k, v, out, bk, bv;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
-  /// The split replay step's workspace (gdn_params::workspace, experimental), passed to every
+  /// The split replay step's workspace (gdn_params::workspace), passed to every
   /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 (decode_step alone reads it).
   dev_array<float> ws;
   bool use_workspace = true;
@@ -234,7 +234,7 @@ struct gdn_setup {
     ckpt.apply(p, int64_t(KD) * VD, VD);
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
-    if (use_workspace) p.workspace = ws.ptr;
+    if (use_workspace) p.workspace = ws.ptr, p.workspace_size = int64_t(ws.n);
     return p;
   }
   double state_bytes() const { return ckpt.state_bytes(); }

@@ -117,6 +117,7 @@ struct stack_common {
   uint32_t* arrivals;
   float *init, *eager0;
   float* ws = nullptr;  // the split replay step's workspace (one for all layers), or null
+  int64_t ws_size = 0;  // its floats
   stack_common(int layers, int batch, size_t state_elems) : L(layers), B(batch), S(state_elems) {
     for (int l = 0; l < L; ++l) pools.push_back(alloc<float>(B * S));
     cursor = alloc<int32_t>(size_t(L) * B);
@@ -128,7 +129,7 @@ struct stack_common {
   /// Allocates the workspace (`elems` floats) unless HYBRID_WORKSPACE=0.
   void use_workspace(int64_t elems) {
     const char* e = std::getenv("HYBRID_WORKSPACE");
-    if (!(e && e[0] == '0')) ws = alloc<float>(size_t(elems));
+    if (!(e && e[0] == '0')) ws = alloc<float>(size_t(elems)), ws_size = elems;
   }
   double eager_bytes() const { return double(L) * B * S * 4; }
   void reset_states() {
@@ -208,7 +209,7 @@ struct mamba2_stack : stack_common<mamba2_stack> {
     p.state = {pools[l], int64_t(S), 64 * 128, 128, B};
     p.buffer = {bx[l], bB[l], bdt[l]};
     p.cursors = {cursor + size_t(l) * B, arrivals + size_t(l) * B};
-    p.workspace = ws;
+    p.workspace = ws, p.workspace_size = ws_size;
     return p;
   }
 };
@@ -258,7 +259,7 @@ struct gdn_stack : stack_common<gdn_stack> {
     p.state = {pools[l], int64_t(S), 128 * 128, 128, B};
     p.buffer = {bk[l], bks[l], bv[l], bg[l], bbeta[l]};
     p.cursors = {cursor + size_t(l) * B, arrivals + size_t(l) * B};
-    p.workspace = ws;
+    p.workspace = ws, p.workspace_size = ws_size;
     return p;
   }
 };

@@ -104,6 +104,10 @@ struct gdn_params {
   /// 256, K = 16 the window's step is 1-3% faster for fp32 and bf16 checkpoints, unchanged for
   /// pairs; at K = 8 and below batch 64 it was slower, so leave it null there.
   float* workspace = nullptr;
+  /// Floats available at `workspace`: a launch that would use it checks this against
+  /// @ref workspace_elems of its batch and refuses a smaller one (bad_shape), so a workspace
+  /// sized for fewer rows is never overrun.
+  int64_t workspace_size = 0;
   /// Floats `workspace` needs for `batch` rows of `num_v_heads` value heads.
   static constexpr int64_t workspace_elems(int64_t batch, int num_v_heads) {
     return batch * num_v_heads * (Policy::rule::head_k_dim + Policy::buffer_len);

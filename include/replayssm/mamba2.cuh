@@ -103,6 +103,10 @@ struct mamba2_params {
   /// 9-11% faster for the fp32 + bf16 pair, 4-7% for a bf16 checkpoint, 1-2% for fp32; at
   /// K = 8 and below batch 64 it was slower (batch 1: 13-33%), so leave it null there.
   float* workspace = nullptr;
+  /// Floats available at `workspace`: a launch that would use it checks this against
+  /// @ref workspace_elems of its batch and refuses a smaller one (bad_shape), so a workspace
+  /// sized for fewer rows is never overrun.
+  int64_t workspace_size = 0;
   /// Floats `workspace` needs for `batch` rows of `nheads` heads.
   static constexpr int64_t workspace_elems(int64_t batch, int nheads) {
     return batch * nheads * (Policy::buffer_len + 1);

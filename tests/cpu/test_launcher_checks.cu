@@ -307,22 +307,29 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     p.rows.batch = 0;
     CHECK(decode_step(p, nullptr).ok());
     p.workspace = fake_f;  // the split step too
+    p.workspace_size = 0;  // (enough for no rows)
     CHECK(decode_step(p, nullptr).ok());
   }
   SECTION("the split replay step checks its workspace") {
     auto p = valid_mamba2();
     p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
+    p.workspace_size = p.workspace_elems(p.rows.batch, p.nheads);
     result r = decode_step(p, nullptr);
     CHECK(r.code == status::misaligned_pointer);
     CHECK(mentions(r, "workspace"));
     p.workspace = fake_f;
+    p.workspace_size = p.workspace_elems(p.rows.batch, p.nheads) - 1;  // one float short
+    r = decode_step(p, nullptr);
+    CHECK(r.code == status::bad_shape);
+    CHECK(mentions(r, "workspace_size"));
     p.nheads = 1024;
     p.ngroups = 1024;  // 1024 groups x 16 steps of dots: over 48 KiB of shared memory
     p.state.slot_stride = int64_t(1024) * 64 * 128;
     p.rows.batch = 1;
+    p.workspace_size = p.workspace_elems(1, 1024);
     r = decode_step(p, nullptr);
     CHECK(r.code == status::bad_shape);
-    CHECK(mentions(r, "workspace"));
+    CHECK(mentions(r, "48 KiB"));
     CHECK(mamba2_params<m2pol>::workspace_elems(512, 128) == 512LL * 128 * 17);
   }
 }
@@ -405,8 +412,11 @@ TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu]
   {  // the split replay step checks its workspace
     P p = valid_gdn<TestType>();
     p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
+    p.workspace_size = p.workspace_elems(p.rows.batch, p.num_v_heads);
     expect(p, status::misaligned_pointer, "workspace");
     p.workspace = fake_f;
+    p.workspace_size = p.workspace_elems(p.rows.batch, p.num_v_heads) - 1;  // one float short
+    expect(p, status::bad_shape, "workspace_size");
     p.rows.batch = 0;  // nothing to launch: no coefficient grid either
     CHECK(decode_step(p, nullptr).ok());
     CHECK(P::workspace_elems(512, 64) == 512LL * 64 * (128 + 16));

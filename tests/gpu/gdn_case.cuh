@@ -208,6 +208,7 @@ struct gdn_case {
     if (use_workspace) {
       if (rows > ws_rows) throw std::runtime_error("gdn_case: workspace smaller than rows");
       p.workspace = ws.ptr;
+      p.workspace_size = int64_t(ws.n);
     }
     return p;
   }

@@ -205,6 +205,7 @@ struct mamba2_case {
     if (use_workspace) {
       if (rows > ws_rows) throw std::runtime_error("mamba2_case: workspace smaller than rows");
       p.workspace = ws.ptr;
+      p.workspace_size = int64_t(ws.n);
     }
     return p;
   }

@@ -137,6 +137,10 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
     if (p.workspace != nullptr) {
       if (!aligned(p.workspace, alignof(float)))
         return fail(status::misaligned_pointer, "mamba2: workspace must be 4-byte aligned");
+      if (p.workspace_size < p.workspace_elems(p.rows.batch, p.nheads))
+        return fail(status::bad_shape,
+                    "mamba2: workspace_size is smaller than workspace_elems(batch, nheads) floats "
+                    "(set workspace_size to the floats allocated at workspace)");
       if (int64_t(p.ngroups) * Policy::buffer_len * int64_t(sizeof(float)) > 48 * 1024)
         return fail(status::bad_shape,
                     "mamba2: the split decode step (workspace set) stages ngroups * BufferLen "
