@@ -73,7 +73,6 @@ struct gdn_agent {
   /// The split replay step (gdn_split.cuh, `params.workspace`) exists for decode with the
   /// one-item-per-block kernel only: pipelined policies keep the fused path (the launcher
   /// ignores the workspace there).
-  static constexpr bool split_step = Split;
   static_assert(!Split || (Op == op::decode && Policy::pipeline_stages < 2),
                 "gated_deltanet: the split replay step is a decode kernel of one item per block");
   /// The decode kernel of the split replay step for this agent (kernels.cuh

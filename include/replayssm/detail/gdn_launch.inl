@@ -144,16 +144,14 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
       return fail(status::bad_shape,
                   "gated_deltanet: the caller's state buffer has fewer rows than batch");
   }
-  if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (agent's split_step)
-    if (p.workspace != nullptr) {
-      if (!aligned(p.workspace, alignof(float)))
-        return fail(status::misaligned_pointer, "gated_deltanet: workspace must be 4-byte aligned");
-      if (p.workspace_size < p.workspace_elems(p.rows.batch, p.num_v_heads))
-        return fail(status::bad_shape,
-                    "gated_deltanet: workspace_size is smaller than workspace_elems(batch, "
-                    "num_v_heads) floats (set workspace_size to the floats allocated at "
-                    "workspace)");
-    }
+  if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (the split replay step)
+    if (auto r = check_workspace(
+            p.workspace, p.workspace_size, p.workspace_elems(p.rows.batch, p.num_v_heads),
+            "gated_deltanet: workspace must be 4-byte aligned",
+            "gated_deltanet: workspace_size is smaller than workspace_elems(batch, num_v_heads) "
+            "floats (set workspace_size to the floats allocated at workspace)");
+        !r)
+      return r;
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");

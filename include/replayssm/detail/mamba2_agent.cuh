@@ -60,13 +60,12 @@ struct mamba2_agent {
                 "accepted steps) plus the next draft: BufferLen >= CommitInterval - 1 + 2 * "
                 "MaxDraft.");
 
-  /// The split replay step (mamba2_split.cuh, `params.workspace`) exists for decode with the
-  /// one-item-per-block kernel only: pipelined policies keep the fused path (the launcher
-  /// ignores the workspace there).
-  static constexpr bool split_step = Split;
   /// The decode kernel of the split replay step for this agent (kernels.cuh
   /// launch_items_or_split; named, not instantiated, by the other operations).
   using split_agent = mamba2_agent<Policy, op::decode, 1, Branch, true>;
+  /// The split replay step (mamba2_split.cuh, `params.workspace`) exists for decode with the
+  /// one-item-per-block kernel only: pipelined policies keep the fused path (the launcher
+  /// ignores the workspace there).
   static_assert(!Split || (Op == op::decode && Policy::pipeline_stages < 2),
                 "mamba2: the split replay step is a decode kernel of one item per block");
 
@@ -214,9 +213,8 @@ struct mamba2_agent {
         x_cur =
             to_float(p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x]);
       }
-      dt_cur = to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
-      if (p.weights.dt_bias) dt_cur += p.weights.dt_bias[h];
-      if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
+      dt_cur =
+          mamba2_step_dt(p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]), h);
     }
     const float A = p.weights.A[h];
     // The output's D and gate, requested now rather than after the reduction.
@@ -360,12 +358,7 @@ struct mamba2_agent {
       C.store(s.C, nd);
       x.store(s.x + n, nd);
       if (Op == op::verify && p.in.z) z.store(s.z, nd);
-      if (int(threadIdx.x) < nd) {
-        float d = dt;
-        if (p.weights.dt_bias) d += p.weights.dt_bias[h];
-        if (p.weights.dt_softplus) d = softplus(d);
-        s.dt[n + threadIdx.x] = d;
-      }
+      if (int(threadIdx.x) < nd) s.dt[n + threadIdx.x] = mamba2_step_dt(p, dt, h);
     }
   };
 

@@ -133,19 +133,19 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
     if (other.num_slots < p.rows.batch * (Op == op::eager_draft ? MaxDraft : 1))
       return fail(status::bad_shape, "mamba2: the caller's state buffer has fewer rows than batch");
   }
-  if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (agent's split_step)
-    if (p.workspace != nullptr) {
-      if (!aligned(p.workspace, alignof(float)))
-        return fail(status::misaligned_pointer, "mamba2: workspace must be 4-byte aligned");
-      if (p.workspace_size < p.workspace_elems(p.rows.batch, p.nheads))
-        return fail(status::bad_shape,
-                    "mamba2: workspace_size is smaller than workspace_elems(batch, nheads) floats "
-                    "(set workspace_size to the floats allocated at workspace)");
-      if (int64_t(p.ngroups) * Policy::buffer_len * int64_t(sizeof(float)) > 48 * 1024)
-        return fail(status::bad_shape,
-                    "mamba2: the split decode step (workspace set) stages ngroups * BufferLen "
-                    "dot products in 48 KiB of shared memory: too many groups; pass no workspace");
-    }
+  if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (the split replay step)
+    if (auto r = check_workspace(
+            p.workspace, p.workspace_size, p.workspace_elems(p.rows.batch, p.nheads),
+            "mamba2: workspace must be 4-byte aligned",
+            "mamba2: workspace_size is smaller than workspace_elems(batch, nheads) floats (set "
+            "workspace_size to the floats allocated at workspace)");
+        !r)
+      return r;
+    if (p.workspace != nullptr &&
+        int64_t(p.ngroups) * Policy::buffer_len * int64_t(sizeof(float)) > 48 * 1024)
+      return fail(status::bad_shape,
+                  "mamba2: the split decode step (workspace set) stages ngroups * BufferLen dot "
+                  "products in 48 KiB of shared memory: too many groups; pass no workspace");
   }
   if (Op == op::load && p.cursors.cursor == nullptr)
     return fail(status::null_pointer, "cursors.cursor is null");

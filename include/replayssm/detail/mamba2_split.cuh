@@ -16,6 +16,17 @@
 namespace replayssm {
 namespace detail {
 
+/// dt of a step as every Mamba-2 kernel applies and buffers it: the raw input plus dt_bias[h],
+/// through softplus when asked. The one formula of the library (mamba2_agent's decode and drafts,
+/// mamba2_coef_kernel), so the split step sees exactly the fused step's dt.
+template <class Params>
+REPLAYSSM_DEVICE float mamba2_step_dt(const Params& p, float raw, int h) {
+  float dt = raw;
+  if (p.weights.dt_bias) dt += p.weights.dt_bias[h];
+  if (p.weights.dt_softplus) dt = softplus(dt);
+  return dt;
+}
+
 /// Threads of a coefficient block (one block per batch row).
 constexpr int mamba2_coef_threads = 256;
 
@@ -103,9 +114,8 @@ REPLAYSSM_DEVICE void mamba2_coef_row(const mamba2_params<Policy>& p, int b, flo
     float dtq[L];
 #pragma unroll
     for (int q = 0; q < L; ++q) dtq[q] = q < n ? p.buffer.dt[(slot * L + q) * H + h] : 0.f;
-    float dt_cur = to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
-    if (p.weights.dt_bias) dt_cur += p.weights.dt_bias[h];  // exactly as the decode agent
-    if (p.weights.dt_softplus) dt_cur = softplus(dt_cur);
+    const float dt_cur =
+        mamba2_step_dt(p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]), h);
     const float A = p.weights.A[h];
     const float* dot = dots + (h / per_group) * L;
     float* out = p.workspace + (int64_t(b) * H + h) * (L + 1);

@@ -34,6 +34,16 @@ inline result check_pool(const basic_pool_ref<T>& pool, int heads, int rows, int
 
 /// Checks the row scales of an 8-bit checkpoint or copy: `per_head` scales per head, `heads`
 /// heads per slot, at least `num_slots` slots. The messages name the failing array.
+/// Checks a split step's workspace (null: none, nothing to check): 4-byte aligned and
+/// `size` >= the `needed` floats, so a launch never writes past what the caller allocated.
+inline result check_workspace(const float* ws, int64_t size, int64_t needed,
+                              const char* what_align, const char* what_size) {
+  if (ws == nullptr) return ok();
+  if (!aligned(ws, alignof(float))) return fail(status::misaligned_pointer, what_align);
+  if (size < needed) return fail(status::bad_shape, what_size);
+  return ok();
+}
+
 inline result check_scales(const scale_pool_ref& sc, int heads, int per_head, int32_t num_slots,
                            const char* what_null, const char* what_align, const char* what_stride,
                            const char* what_slots) {
