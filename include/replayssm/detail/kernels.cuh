@@ -94,19 +94,20 @@ result launch_items(const typename Agent::params_t& p, const state_pool_ref& oth
 
 /// The split replay step of decode (mamba2_split.cuh, gdn_split.cuh): `coef`, a
 /// callable launching the rule's coefficient grid on `stream` and returning its result, then
-/// the decode grid of `Agent::split_agent` (one item per block) with programmatic stream
-/// serialization, so that its blocks may start (and request their state) once every
+/// the decode grid of `Split` (by default `Agent::split_agent`; Mamba-2 passes
+/// mamba2_stream_agent where it applies, mamba2_launch.inl), one item per block, with
+/// programmatic stream serialization, so that its blocks may start (and request their state) once every
 /// coefficient block has read its cursor and triggered; its replay rows wait for the
 /// coefficients in pdl_wait. Two stream launches, no synchronisation, no allocation: capturable
 /// in a CUDA graph (as a programmatic edge). Every other launch, a decode without a workspace
 /// and pipelined policies (their persistent kernel keeps the fused path) go to launch_items.
-template <class Agent, op Op, class Coef>
+template <class Agent, op Op, class Split = typename Agent::split_agent, class Coef>
 result launch_items_or_split(const typename Agent::params_t& p, const state_pool_ref& other,
                              cudaStream_t stream, Coef&& coef) {
   using policy = typename Agent::policy;
   if constexpr (Op == op::decode && policy::pipeline_stages < 2) {
     if (p.workspace != nullptr) {
-      using split = typename Agent::split_agent;
+      using split = Split;
       if (p.rows.batch == 0) return ok();
       if (auto r = coef(stream); !r) return r;
       cudaLaunchConfig_t cfg = {};

@@ -61,7 +61,8 @@ struct mamba2_agent {
                 "MaxDraft.");
 
   /// The decode kernel of the split replay step for this agent (kernels.cuh
-  /// launch_items_or_split; named, not instantiated, by the other operations).
+  /// launch_items_or_split; named, not instantiated, by the other operations). Policies that
+  /// mamba2_stream_supported accepts use mamba2_stream_agent instead (mamba2_launch.inl).
   using split_agent = mamba2_agent<Policy, op::decode, 1, Branch, true>;
   /// The split replay step (mamba2_split.cuh, `params.workspace`) exists for decode with the
   /// one-item-per-block kernel only: pipelined policies keep the fused path (the launcher

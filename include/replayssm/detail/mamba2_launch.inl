@@ -3,6 +3,7 @@
 
 #include <replayssm/detail/kernels.cuh>
 #include <replayssm/detail/mamba2_agent.cuh>
+#include <replayssm/detail/mamba2_stream.cuh>
 #include <replayssm/detail/validate.cuh>
 
 namespace replayssm {
@@ -96,13 +97,21 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
 }
 
 namespace detail {
+/// The split replay step's decode grid for `Agent`: the stream kernel (mamba2_stream.cuh) where
+/// the policy allows it, else the split item kernel (`Agent::split_agent`).
+template <class Agent>
+using mamba2_split_agent_t =
+    std::conditional_t<mamba2_stream_supported<typename Agent::policy>::value,
+                       mamba2_stream_agent<typename Agent::policy, Agent::branching>,
+                       typename Agent::split_agent>;
+
 /// The grid of `Agent`, or for a decode with a workspace the split replay step
 /// (launch_items_or_split) after mamba2_coef_kernel, one block per batch row.
 template <class Agent, op Op>
 result launch_mamba2_items(const typename Agent::params_t& p, const state_pool_ref& other,
                            cudaStream_t stream) {
   using policy = typename Agent::policy;
-  return launch_items_or_split<Agent, Op>(
+  return launch_items_or_split<Agent, Op, mamba2_split_agent_t<Agent>>(
       p, other, stream, [&p](auto s) {  // (generic: instantiated for decode only)
         const size_t smem = size_t(p.ngroups) * policy::buffer_len * sizeof(float);
         mamba2_coef_kernel<policy><<<unsigned(p.rows.batch), mamba2_coef_threads, smem, s>>>(p);
