@@ -107,6 +107,18 @@ int32_t to_i32(int64_t v, const char* what) {
   return int32_t(v);
 }
 
+/// The optional fp32 workspace of decode_step (the split replay step, README "Memory"): any
+/// contiguous float32 tensor on the cache's device; the library refuses one smaller than
+/// workspace_elems(batch, heads) of the launch. None: the fused kernel.
+template <class Params>
+void set_workspace(Params& p, const std::optional<at::Tensor>& workspace,
+                   const at::Device& device) {
+  if (!workspace) return;
+  check_dense(*workspace, "workspace", device, at::kFloat, {-1});
+  p.workspace = workspace->data_ptr<float>();
+  p.workspace_size = workspace->numel();
+}
+
 const input_t* bf16_in(const at::Tensor& t) {
   return reinterpret_cast<const input_t*>(t.data_ptr<at::BFloat16>());
 }
@@ -257,13 +269,15 @@ void mamba2_decode_step(const at::Tensor& ssm_state, const at::Tensor& x, const 
                         const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
                         const at::Tensor& state_indices, int64_t pad_slot_id, const at::Tensor& out,
                         const at::Tensor& buf_x, const at::Tensor& buf_B, const at::Tensor& buf_dt,
-                        const at::Tensor& cursor, const at::Tensor& arrivals) {
+                        const at::Tensor& cursor, const at::Tensor& arrivals,
+                        const std::optional<at::Tensor>& workspace) {
   const at::Device device = cuda_device(ssm_state);
   const c10::cuda::CUDAGuard guard(device);
   mamba2_params p = mamba2_base(ssm_state, state_indices, pad_slot_id);
   set_mamba2_buffer(p, buf_x, buf_B, buf_dt, cursor, arrivals, device);
   set_mamba2_weights(p, A, D, dt_bias, dt_softplus, device);
   set_mamba2_step(p, x, dt, B, C, z, out, p.rows.batch, device);
+  set_workspace(p, workspace, device);
   check_result(rs::decode_step(p, current_stream(device)), "mamba2_decode_step");
 }
 
@@ -356,6 +370,11 @@ std::vector<int64_t> mamba2_buffer_elems(int64_t num_slots, int64_t nheads, int6
           buf::dt_elems(num_slots, buffer_len, int(nheads))};
 }
 
+/// Floats of decode_step's workspace for `batch` rows (the library's size helper).
+int64_t mamba2_workspace_elems(int64_t batch, int64_t nheads) {
+  return mamba2_params::workspace_elems(batch, to_i32(nheads, "nheads"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gated DeltaNet
 // ---------------------------------------------------------------------------------------------
@@ -439,12 +458,14 @@ void gdn_decode_step(const at::Tensor& ssm_state, const at::Tensor& q, const at:
                      bool l2norm_qk, const at::Tensor& state_indices, int64_t pad_slot_id,
                      const at::Tensor& out, const at::Tensor& buf_k, const at::Tensor& buf_kscale,
                      const at::Tensor& buf_v, const at::Tensor& buf_g, const at::Tensor& buf_beta,
-                     const at::Tensor& cursor, const at::Tensor& arrivals) {
+                     const at::Tensor& cursor, const at::Tensor& arrivals,
+                     const std::optional<at::Tensor>& workspace) {
   const at::Device device = cuda_device(ssm_state);
   const c10::cuda::CUDAGuard guard(device);
   gdn_params p = gdn_base(ssm_state, state_indices, pad_slot_id);
   set_gdn_buffer(p, buf_k, buf_kscale, buf_v, buf_g, buf_beta, cursor, arrivals, device);
   set_gdn_step(p, q, k, v, g, beta, scale, l2norm_qk, out, p.rows.batch, device);
+  set_workspace(p, workspace, device);
   check_result(rs::decode_step(p, current_stream(device)), "gdn_decode_step");
 }
 
@@ -521,6 +542,11 @@ void gdn_materialize(const at::Tensor& ssm_state, const at::Tensor& state_indice
   check_result(rs::materialize(p, pool_ref(dest), current_stream(device)), "gdn_materialize");
 }
 
+/// Floats of decode_step's workspace for `batch` rows (the library's size helper).
+int64_t gdn_workspace_elems(int64_t batch, int64_t num_v_heads) {
+  return gdn_params::workspace_elems(batch, to_i32(num_v_heads, "num_v_heads"));
+}
+
 /// [head_k_dim, head_v_dim, buffer_len, commit_interval, max_draft] of the compiled policy.
 std::vector<int64_t> gdn_policy_info() {
   return {head_k_dim, head_v_dim, buffer_len, commit_interval, max_draft};
@@ -550,7 +576,8 @@ TORCH_LIBRARY(replayssm, m) {
       "mamba2_decode_step(Tensor(a!) ssm_state, Tensor x, Tensor dt, Tensor A, Tensor B, "
       "Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor state_indices, "
       "int pad_slot_id, Tensor(b!) out, Tensor(c!) buf_x, Tensor(d!) buf_B, Tensor(e!) buf_dt, "
-      "Tensor(f!) cursor, Tensor(g!) arrivals) -> ()");
+      "Tensor(f!) cursor, Tensor(g!) arrivals, Tensor(h!)? workspace=None) -> ()");
+  m.def("mamba2_workspace_elems(int batch, int nheads) -> int", &mamba2_workspace_elems);
   m.def(
       "mamba2_verify_step(Tensor(a!) ssm_state, Tensor x, Tensor dt, Tensor A, Tensor B, "
       "Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor state_indices, "
@@ -581,7 +608,9 @@ TORCH_LIBRARY(replayssm, m) {
       "gdn_decode_step(Tensor(a!) ssm_state, Tensor q, Tensor k, Tensor v, Tensor g, "
       "Tensor beta, float scale, bool l2norm_qk, Tensor state_indices, int pad_slot_id, "
       "Tensor(b!) out, Tensor(c!) buf_k, Tensor(d!) buf_kscale, Tensor(e!) buf_v, "
-      "Tensor(f!) buf_g, Tensor(g!) buf_beta, Tensor(h!) cursor, Tensor(i!) arrivals) -> ()");
+      "Tensor(f!) buf_g, Tensor(g!) buf_beta, Tensor(h!) cursor, Tensor(i!) arrivals, "
+      "Tensor(j!)? workspace=None) -> ()");
+  m.def("gdn_workspace_elems(int batch, int num_v_heads) -> int", &gdn_workspace_elems);
   m.def(
       "gdn_verify_step(Tensor(a!) ssm_state, Tensor q, Tensor k, Tensor v, Tensor g, "
       "Tensor beta, float scale, bool l2norm_qk, Tensor state_indices, int pad_slot_id, "

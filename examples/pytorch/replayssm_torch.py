@@ -81,7 +81,24 @@ def gdn_eager_step(ssm_state, state_indices, q, k, v, g, beta, scale=0.0, l2norm
     return out
 
 
-class Mamba2ReplayCache:
+class _WorkspaceUser:
+    """decode_step's optional fp32 workspace: with one (the call's ``workspace`` argument, else
+    ``self.workspace`` from ``reserve_workspace(max_batch)``) it runs the split replay step,
+    faster from batch ~64 up and slower below (README "Memory" and "Performance"); without
+    one, the fused kernel. Reserve it outside CUDA-graph capture. Layers run one after another
+    on a stream may share one: ``other.workspace = cache.workspace``."""
+
+    workspace = None
+
+    def _reserve(self, elems):
+        self.workspace = torch.empty(elems, dtype=torch.float32, device=self.ssm_state.device)
+        return self.workspace
+
+    def _pick(self, workspace):
+        return workspace if workspace is not None else self.workspace
+
+
+class Mamba2ReplayCache(_WorkspaceUser):
     """One Mamba-2 layer's ReplaySSM cache over the engine's ``ssm_state``.
 
     ``ssm_state [num_slots, nheads, headdim, dstate]`` fp32 is the engine's tensor (any slot and
@@ -111,16 +128,21 @@ class Mamba2ReplayCache:
     def _buffers(self):
         return self.buf_x, self.buf_B, self.buf_dt, self.cursor, self.arrivals
 
+    def reserve_workspace(self, max_batch):
+        """Allocates ``self.workspace`` for up to ``max_batch`` rows (see _WorkspaceUser)."""
+        return self._reserve(load().mamba2_workspace_elems(max_batch, self.nheads))
+
     def decode_step(self, state_indices, x, dt, B, C, z=None, out=None,
-                    pad_slot_id=PAD_SLOT_ID):
+                    pad_slot_id=PAD_SLOT_ID, workspace=None):
         """One decode step: x, z ``[batch, nheads, headdim]``, dt ``[batch, nheads]`` (raw),
         B, C ``[batch, ngroups, dstate]`` (bf16); returns out ``[batch, nheads, headdim]``.
-        Writes no state, except a slot whose window fills (every K steps) commits."""
+        Writes no state, except a slot whose window fills (every K steps) commits. With a
+        workspace (the argument, else ``self.workspace``), the split replay step."""
         if out is None:
             out = _new_out(x.shape, x.device)
         load().mamba2_decode_step(self.ssm_state, x, dt, self.A, B, C, self.D, z, self.dt_bias,
                                   self.dt_softplus, state_indices, pad_slot_id, out,
-                                  *self._buffers())
+                                  *self._buffers(), self._pick(workspace))
         return out
 
     def verify_step(self, state_indices, num_draft, x, dt, B, C, z=None, out=None,
@@ -162,7 +184,7 @@ class Mamba2ReplayCache:
         return dest
 
 
-class GatedDeltaNetReplayCache:
+class GatedDeltaNetReplayCache(_WorkspaceUser):
     """One Gated DeltaNet layer's ReplaySSM cache over the engine's ``ssm_state``.
 
     ``ssm_state [num_slots, num_v_heads, K, V]`` fp32 is the engine's tensor. This class allocates
@@ -194,14 +216,20 @@ class GatedDeltaNetReplayCache:
         return (self.buf_k, self.buf_kscale, self.buf_v, self.buf_g, self.buf_beta, self.cursor,
                 self.arrivals)
 
-    def decode_step(self, state_indices, q, k, v, g, beta, out=None, pad_slot_id=PAD_SLOT_ID):
+    def reserve_workspace(self, max_batch):
+        """Allocates ``self.workspace`` for up to ``max_batch`` rows (see _WorkspaceUser)."""
+        return self._reserve(load().gdn_workspace_elems(max_batch, self.num_v_heads))
+
+    def decode_step(self, state_indices, q, k, v, g, beta, out=None, pad_slot_id=PAD_SLOT_ID,
+                    workspace=None):
         """One decode step: q, k ``[batch, num_k_heads, K]``, v ``[batch, num_v_heads, V]``
         (bf16), g (log gate), beta ``[batch, num_v_heads]`` fp32; returns out
-        ``[batch, num_v_heads, V]``."""
+        ``[batch, num_v_heads, V]``. With a workspace, the split replay step."""
         if out is None:
             out = _new_out(v.shape, v.device)
         load().gdn_decode_step(self.ssm_state, q, k, v, g, beta, self.scale, self.l2norm_qk,
-                               state_indices, pad_slot_id, out, *self._buffers())
+                               state_indices, pad_slot_id, out, *self._buffers(),
+                               self._pick(workspace))
         return out
 
     def verify_step(self, state_indices, num_draft, q, k, v, g, beta, out=None,

@@ -191,6 +191,8 @@ class GdnCase:
 
 
 CASES = pytest.mark.parametrize("case_cls", [Mamba2Case, GdnCase], ids=["mamba2", "gdn"])
+# decode_step with and without a workspace (the split replay step / the fused kernel)
+SPLIT = pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
 
 
 def rel_err(got, ref):
@@ -237,13 +239,16 @@ def start(case, num_slots, nseq):
 # --- tests --------------------------------------------------------------------------------------
 
 
+@SPLIT
 @CASES
-def test_decode_steps_match_float64_reference(rt, case_cls):
+def test_decode_steps_match_float64_reference(rt, case_cls, split):
     """40 decode steps (commits at 16 and 32 inside decode_step), rows permuted every step with
     one padding row, the eager baseline on a copy of the pool; then materialize and commit."""
     c = case_cls(rt, torch.Generator().manual_seed(1234))
     num_slots, nseq, steps = 7, 3, 40
     pool, pool0, cache, slots, ref = start(c, num_slots, nseq)
+    if split:
+        cache.reserve_workspace(nseq + 1).fill_(float("nan"))  # scratch: no value may leak
     eager_pool = pool0.clone()
     eager_pool[slots] = ref.float()
     K = cache.commit_interval
@@ -349,15 +354,19 @@ def test_speculative_rounds_match_float64_reference(rt, case_cls):
     untouched(pool, pool0, cache, slots)
 
 
+@SPLIT
 @CASES
-def test_decode_step_replays_in_a_cuda_graph(rt, case_cls):
+def test_decode_step_replays_in_a_cuda_graph(rt, case_cls, split):
     """One decode step captured in a CUDA graph (so it must launch on torch's current stream and
-    allocate nothing), replayed 20 times with new inputs: commits happen inside the replays."""
+    allocate nothing), replayed 20 times with new inputs: commits happen inside the replays.
+    With a workspace the graph holds the coefficient kernel and the decode grid (PDL edge)."""
     c = case_cls(rt, torch.Generator().manual_seed(99))
     num_slots, nseq = 4, 2
     pool, pool0, cache, slots, ref = start(c, num_slots, nseq)
     seq_of_row = [0, PAD, 1]
     batch = len(seq_of_row)
+    if split:
+        cache.reserve_workspace(batch)
     live = [b for b, s in enumerate(seq_of_row) if s != PAD]
     idx = torch.tensor([slots[s] if s != PAD else PAD for s in seq_of_row], dtype=torch.int32,
                        device=DEV)
@@ -403,5 +412,10 @@ def test_errors_become_python_exceptions(rt):
         cache.decode_step(idx, **{**step, "B": step["B"][:, :2]})
     with pytest.raises(RuntimeError, match="state_indices must be Int"):
         cache.decode_step(idx.long(), **step)
+    small = torch.empty(rt.load().mamba2_workspace_elems(1, pool.shape[1]), device=DEV)
+    with pytest.raises(RuntimeError, match="workspace_size is smaller"):  # the library's check
+        cache.decode_step(idx, workspace=small, **step)
+    with pytest.raises(RuntimeError, match="workspace must be Float"):
+        cache.decode_step(idx, workspace=small.double(), **step)
     torch.cuda.synchronize()
     assert int(cache.cursor.abs().sum()) == 0  # nothing was launched
