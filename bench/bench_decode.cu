@@ -18,6 +18,7 @@ using rbench::cached_setup;
 using rbench::dev_array;
 using rbench::gdn_setup;
 using rbench::mamba2_setup;
+using rbench::workspace_by_default;
 using T = __nv_bfloat16;
 
 enum class mode : int { eager = 0, replay = 1, commit = 2, window = 3 };
@@ -108,16 +109,21 @@ void run_case(benchmark::State& state, Setup& s, mode m) {
   RBENCH_CHECK(cudaStreamDestroy(stream));
 }
 
-template <class Policy>
+/// Workspace: 1 passes the setup's workspace to decode launches (the split replay step), 0 does
+/// not (the fused kernel), -1 follows workspace_by_default() (REPLAYSSM_BENCH_WORKSPACE).
+/// (Setups are cached and shared, so every benchmark sets it.)
+template <class Policy, int Workspace = -1>
 void bm_mamba2(benchmark::State& state) {
   auto& s = cached_setup<mamba2_setup<Policy>>(int(state.range(0)), int(state.range(1)),
                                                int(state.range(2)));
+  s.use_workspace = Workspace < 0 ? workspace_by_default() : Workspace == 1;
   run_case(state, s, mode(state.range(3)));
 }
-template <class Policy>
+template <class Policy, int Workspace = -1>
 void bm_gdn(benchmark::State& state) {
   auto& s = cached_setup<gdn_setup<Policy>>(int(state.range(0)), int(state.range(1)),
                                             int(state.range(2)));
+  s.use_workspace = Workspace < 0 ? workspace_by_default() : Workspace == 1;
   run_case(state, s, mode(state.range(3)));
 }
 
@@ -260,6 +266,26 @@ void register_all() {
   variant("variant/gdn/tile128_t128_z2", bm_gdn<gdnvar<16, 128, 128, 2>>, 64, 16);
   variant("variant/gdn/tile64_t256_z3", bm_gdn<gdnvar<16, 64, 256, 3>>, 64, 16);
   variant("variant/gdn/tile32_t128_z4", bm_gdn<gdnvar<16, 32, 128, 4>>, 64, 16);
+  // Small batches (issue 3: batch 1 and 8 no slower than eager): the fused kernel (no
+  // workspace) with smaller tiles, i.e. more blocks, beside the defaults without a workspace.
+  // A tile is a compile-time choice over the same memory: an engine may keep two policies
+  // that differ only in Tile and launch by batch size.
+  auto small = [](std::string name, auto fn, int h, int g) {
+    for (int batch : {1, 8})
+      for (mode m : {mode::replay, mode::window})
+        benchmark::RegisterBenchmark((name + "/" + mode_name(m)).c_str(), fn)
+            ->Args({h, g, batch, int64_t(m)})
+            ->ArgNames({"H", "G", "batch", "mode"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+  };
+  small("small/mamba2/tile64_t256", bm_mamba2<m2var<16, 64, 256>, 0>, 128, 8);
+  small("small/mamba2/tile32_t256", bm_mamba2<m2var<16, 32, 256>, 0>, 128, 8);
+  small("small/mamba2/tile16_t256", bm_mamba2<m2var<16, 16, 256>, 0>, 128, 8);
+  small("small/mamba2/tile16_t128", bm_mamba2<m2var<16, 16, 128>, 0>, 128, 8);
+  small("small/gdn/tile128_t128", bm_gdn<gdnvar<16, 128, 128>, 0>, 64, 16);
+  small("small/gdn/tile64_t128", bm_gdn<gdnvar<16, 64, 128>, 0>, 64, 16);
+  small("small/gdn/tile32_t128", bm_gdn<gdnvar<16, 32, 128>, 0>, 64, 16);
   sweep("sweep/mamba2/K1", bm_mamba2<m2pol<1>>, 128, 8);
   sweep("sweep/mamba2/K2", bm_mamba2<m2pol<2>>, 128, 8);
   sweep("sweep/mamba2/K4", bm_mamba2<m2pol<4>>, 128, 8);

@@ -67,6 +67,13 @@ struct checkpoints {
   double serving_bytes() const { return double(sizeof(typename policy::serving_type)) * elems; }
 };
 
+/// Whether a setup passes its workspace (the split replay step) to decode launches unless a
+/// benchmark says otherwise: yes, unless REPLAYSSM_BENCH_WORKSPACE=0.
+inline bool workspace_by_default() {
+  const char* e = std::getenv("REPLAYSSM_BENCH_WORKSPACE");
+  return !(e && e[0] == '0');
+}
+
 template <class Policy>
 struct mamba2_setup {
   static constexpr int P = Policy::rule::headdim, N = Policy::rule::dstate, L = Policy::buffer_len;
@@ -78,9 +85,10 @@ struct mamba2_setup {
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
   /// The split replay step's workspace (mamba2_params::workspace), passed to every
-  /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 (decode_step alone reads it).
+  /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 or the benchmark sets use_workspace (decode_step
+  /// alone reads it).
   dev_array<float> ws;
-  bool use_workspace = true;
+  bool use_workspace = workspace_by_default();
   size_t state_elems() const { return size_t(H) * P * N; }
   mamba2_setup(int h, int g, int b, int in_rows = 1)
       : H(h),
@@ -103,7 +111,6 @@ struct mamba2_setup {
         cursor(rot.num_slots()),
         arrivals(rot.num_slots()),
         ws(size_t(mamba2_params<Policy>::workspace_elems(b, h))) {
-    if (const char* e = std::getenv("REPLAYSSM_BENCH_WORKSPACE")) use_workspace = e[0] != '0';
     rbench::fill_random(A, 2, -8.f, -0.05f);
     rbench::fill_random(dt_bias, 3, -1.f, 1.f);
     rbench::fill_random(D, 4, 0.5f, 1.5f);
@@ -170,9 +177,10 @@ struct gdn_setup {
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
   /// The split replay step's workspace (gdn_params::workspace), passed to every
-  /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 (decode_step alone reads it).
+  /// launch unless REPLAYSSM_BENCH_WORKSPACE=0 or the benchmark sets use_workspace (decode_step
+  /// alone reads it).
   dev_array<float> ws;
-  bool use_workspace = true;
+  bool use_workspace = workspace_by_default();
   size_t state_elems() const { return size_t(H) * KD * VD; }
   gdn_setup(int hv, int hk, int b, int in_rows = 1)
       : H(hv),
@@ -194,7 +202,6 @@ struct gdn_setup {
         cursor(rot.num_slots()),
         arrivals(rot.num_slots()),
         ws(size_t(gdn_params<Policy>::workspace_elems(b, hv))) {
-    if (const char* e = std::getenv("REPLAYSSM_BENCH_WORKSPACE")) use_workspace = e[0] != '0';
     rbench::fill_random(g, 22, -3.f, -0.01f);
     rbench::fill_random(beta, 23, 0.05f, 0.95f);
     rbench::fill_random(bks, 24, 0.05f, 0.2f);
