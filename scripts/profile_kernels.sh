@@ -40,4 +40,12 @@ profile "verify T=4, Mamba-2 H128" "item_kernel.*mamba2_agent.*opE5" "$spec" "sp
 profile "eager step, GDN Hv64" "item_kernel.*gdn_agent.*opE0" "$decode" "^$g/K16/eager/.*batch:256/"
 profile "commit step, GDN Hv64" "item_kernel.*gdn_agent.*opE1" "$decode" "^$g/K16/commit_step/.*batch:256/"
 profile "verify T=4, GDN Hv64" "item_kernel.*gdn_agent.*opE5" "$spec" "spec/$g/T4/replay_round"
+# The split verification (bench/experiments/split_verify.patch, 55% slower than the fused one at
+# T = 4): its two kernels, if BIN holds sv_bench_spec built from that patch.
+if [[ -x "$BIN/sv_bench_spec" ]]; then
+  profile "split verify T=4: coefficient kernel, Mamba-2 H128" "mamba2_verify_coef_kernel" \
+    "$BIN/sv_bench_spec" "spec/$m/T4/replay_round"
+  profile "split verify T=4: stream verify grid, Mamba-2 H128" "mamba2_stream_verify_kernel" \
+    "$BIN/sv_bench_spec" "spec/$m/T4/replay_round"
+fi
 grep -E "=====|Duration|Memory Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|No Eligible|Issued Warp" "$log" | head -160
