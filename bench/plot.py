@@ -119,6 +119,25 @@ def main():
         for k, b in sorted(ks.items()):
             ratio = f"{eager_line[rule] / us(b):.2f}x" if eager_line[rule] else "?"
             lines.append(f"| {rule} | {k} | {us(b):.1f} | {b['bytes_per_step'] / 1e6:.0f} | {ratio} |")
+    # small batches without a workspace: small/<rule>/<variant>/<mode>/.../batch:<b>, against the
+    # eager step of the suite's shape (Mamba-2 H128_G8, GDN Hv64_Hk16) at the same batch
+    small = defaultdict(dict)
+    for n, b in rows.items():
+        m = re.match(r"^small/(mamba2|gdn)/([^/]+)/([a-z_]+)/.*batch:(\d+)", n)
+        if m:
+            small[(m.group(1), m.group(2), int(m.group(4)))][m.group(3)] = b
+    if small:
+        lines.append("\n## Small batches, fused kernel (no workspace), tile variants, K = 16\n")
+        lines.append("| rule | variant | batch | eager us | replay step us | window avg us | "
+                     "window x eager |")
+        lines.append("|---|---|---|---|---|---|---|")
+    for (rule, variant, batch), cases in sorted(small.items()):
+        shape = "H128_G8" if rule == "mamba2" else "Hv64_Hk16"
+        e = table.get((rule, shape), {}).get(("eager", batch))
+        r, w = cases.get("replay_step"), cases.get("replay_window_avg")
+        cell = lambda x: f"{us(x):.1f}" if x else "-"
+        ratio = f"{us(e) / us(w):.2f}x" if (e and w) else "?"
+        lines.append(f"| {rule} | {variant} | {batch} | {cell(e)} | {cell(r)} | {cell(w)} | {ratio} |")
     # precision schemes: precision/<rule>/<shape>/<scheme>/<mode>/... at batch 256, K = 16
     prec = defaultdict(dict)
     for n, b in rows.items():
