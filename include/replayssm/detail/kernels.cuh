@@ -107,11 +107,10 @@ result launch_items_or_split(const typename Agent::params_t& p, const state_pool
   using policy = typename Agent::policy;
   if constexpr (Op == op::decode && policy::pipeline_stages < 2) {
     if (p.workspace != nullptr) {
-      using split = Split;
       if (p.rows.batch == 0) return ok();
       if (auto r = coef(stream); !r) return r;
       cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(unsigned(split::heads(p)) * split::tiles_per_head, unsigned(p.rows.batch));
+      cfg.gridDim = dim3(unsigned(Split::heads(p)) * Split::tiles_per_head, unsigned(p.rows.batch));
       cfg.blockDim = dim3(policy::block_threads);
       cfg.dynamicSmemBytes = 0;
       cfg.stream = stream;
@@ -120,7 +119,7 @@ result launch_items_or_split(const typename Agent::params_t& p, const state_pool
       attr[0].val.programmaticStreamSerializationAllowed = 1;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
-      if (cudaLaunchKernelEx(&cfg, item_kernel<split>, p, state_pool_ref{}) != cudaSuccess) {
+      if (cudaLaunchKernelEx(&cfg, item_kernel<Split>, p, state_pool_ref{}) != cudaSuccess) {
         (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
         return fail(status::cuda_error,
                     "the split replay step's decode launch failed (cudaLaunchKernelEx with "
