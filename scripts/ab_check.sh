@@ -3,7 +3,8 @@
 # then HEAD's and the patch's benchmarks back to back in the same run (K = 16: the four model
 # shapes at batch 1, 8 and 256, the bf16 single and pair schemes at 256; K = 8 of the sweep; the
 # speculative round at T = 4), and prints the patch's times over HEAD's. About 6 minutes on an
-# H200; TESTS=0 skips the tests (about 1.5 minutes).
+# H200; TESTS=0 skips the tests (about 1.5 minutes); DECODE_FILTER and SPEC_FILTER replace the
+# benchmark filters.
 #   BIN=.dev OUT=/tmp/out bash scripts/ab_check.sh
 # Writes to $OUT: gpu_tests.log, {base,patch}_decode.json, {base,patch}_spec.json, ab_table.txt.
 set -uo pipefail
@@ -12,8 +13,8 @@ rc=0
 if [[ ${TESTS:-1} == 1 ]]; then  # TESTS=0: the benchmarks only
   BIN="$BIN" OUT="$OUT" timeout "${TEST_TIMEOUT:-300}" bash scripts/gpu_check.sh tests | tail -n 5 || rc=1
 fi
-decode_filter='^(copy/|(mamba2|gdn)/[^/]+/K16/.*batch:(1|8|256)/|sweep/[^/]+/K8/|precision/[^/]+/[^/]+/(bf16|fp32_bf16)/)'
-spec_filter='/T4/'
+decode_filter=${DECODE_FILTER:-'^(copy/|(mamba2|gdn)/[^/]+/K16/.*batch:(1|8|256)/|sweep/[^/]+/K8/|precision/[^/]+/[^/]+/(bf16|fp32_bf16)/)'}
+spec_filter=${SPEC_FILTER:-'/T4/'}
 args=(--benchmark_min_time="${BENCH_MIN_TIME:-0.1}" --benchmark_repetitions="${BENCH_REPS:-3}"
       --benchmark_report_aggregates_only=true --benchmark_out_format=json)
 for side in base patch; do

@@ -15,6 +15,8 @@
 //   damp older roundings. The worst case grows like c u after c commits; independent roundings
 //   grow like sqrt(c) u, which the test allows twice of: 2 u sqrt(c + 1) (for bf16 after 64
 //   commits 6.3e-2; a broken commit path errs by O(1)). Outputs add 4u.
+#include <algorithm>
+
 #include "gdn_case.cuh"
 #include "mamba2_case.cuh"
 
@@ -223,6 +225,17 @@ TEMPLATE_TEST_CASE("precision pairs keep the master exact; single checkpoints st
     rtest::mamba2_case<m2<TestType>> c(16, 2, true);
     c.use_workspace = true;  // the split step reads the serving copy, as the fused one
     run_precision(c, steps, rng);
+  }
+  SECTION("mamba2 split replay step: 7 heads in 7 groups, 6 heads in 2 groups") {
+    // 16- and 8-bit serving states stream two heads per block (mamba2_stream.cuh): with 7 heads
+    // the last block has one and every head appends its own group's B; with 6 heads in 2 groups
+    // a block's two heads can belong to different groups. (At least 40 steps: commits happen.)
+    rtest::mamba2_case<m2<TestType>> c(7, 7, true);
+    c.use_workspace = true;
+    run_precision(c, std::max(steps / 4, 40), rng);
+    rtest::mamba2_case<m2<TestType>> d(6, 2, true);
+    d.use_workspace = true;
+    run_precision(d, std::max(steps / 4, 40), rng);
   }
   SECTION("gated deltanet kv 2/4 heads") {
     rtest::gdn_case<gdn<TestType>> c(2, 4);

@@ -137,6 +137,48 @@ struct mamba2_agent {
     tile.rank1(expf(A * s.dt[j]), s.B[j], s.x[j], s.dt[j]);
   }
 
+  /// One warp (call from its 32 lanes): s.w[d][j] = base(j) exp(sum_{j < i < m, on(i)} A dt_i)
+  /// for j < m and s.decay[d] = exp(sum_{i < m, on(i)} A dt_i), by a suffix scan over 32 steps
+  /// at a time (steps with !on(i) neither decay the others nor count).
+  template <class On, class Base>
+  REPLAYSSM_DEVICE void decay_weights(int d, int m, float A, On on, Base base) {
+    const int lane = threadIdx.x & 31;
+    float carry = 0.f;
+    for (int b0 = ((m - 1) / 32) * 32; b0 >= 0; b0 -= 32) {
+      const int j = b0 + lane;
+      const float la = (j < m && on(j)) ? A * s.dt[j] : 0.f;
+      float incl = la;  // sum over i >= j within this chunk
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const float o = __shfl_down_sync(0xffffffffu, incl, off);
+        if (lane + off < 32) incl += o;
+      }
+      if (j < m) s.w[d][j] = base(j) * expf(incl - la + carry);
+      carry += __shfl_sync(0xffffffffu, incl, 0);
+    }
+    if (lane == 0) s.decay[d] = expf(carry);
+  }
+  static REPLAYSSM_DEVICE bool every_step(int) { return true; }
+
+  /// Folds the first m staged steps into the state tile as one rank-m update,
+  ///   h' = exp(A sum_j dt_j) h + sum_j c_j x_j B_j^T,  c_j = dt_j exp(A sum_{i > j} dt_i),
+  /// which is fold_step over j = 0..m-1 up to fp32 rounding, with one FMA per state element and
+  /// step instead of a multiply and an FMA (the commit steps were issue-bound: bench/NOTES.md
+  /// v11). Each thread walks the steps backwards for the sums (registers are the constraint
+  /// here, not these few instructions); the first TR threads scale their x column by c_j in
+  /// place (s.x[0..m) holds c_j x_j afterwards). Call from all threads once the steps are
+  /// staged; it passes one block barrier.
+  REPLAYSSM_DEVICE void fold_window(tile_t& tile, int m, float A) {
+    float later = 0.f;  // A * (sum of dt_i over the steps i > j)
+    for (int j = m - 1; j >= 0; --j) {
+      const float dt = s.dt[j];
+      if (threadIdx.x < TR) s.x[j][threadIdx.x] *= dt * expf(later);
+      later = fmaf(A, dt, later);
+    }
+    __syncthreads();
+    tile.rank_k(expf(later), s.B, s.x, m);
+  }
+
   /// Replay output of the first m staged steps against the state tile, for the step whose C
   /// vector is s.C[0]: s.y[0][r] = exp(sum A dt) (h_c C)[r] + sum_j exp(L_j) dt_j
   /// (B_j . C) x_j[r] for the threads r < TR (D and z not applied). Call from all threads.
@@ -149,23 +191,7 @@ struct mamba2_agent {
       if (lane == 0) s.w[0][j] = d * s.dt[j];
     }
     __syncthreads();
-    if (warp == 0) {
-      // w_j *= exp(sum_{i>j} A dt_i), by a suffix scan over 32 steps at a time.
-      float carry = 0.f;
-      for (int base = ((m - 1) / 32) * 32; base >= 0; base -= 32) {
-        const int j = base + lane;
-        const float la = j < m ? A * s.dt[j] : 0.f;
-        float incl = la;  // sum over i >= j within this chunk
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const float o = __shfl_down_sync(0xffffffffu, incl, off);
-          if (lane + off < 32) incl += o;
-        }
-        if (j < m) s.w[0][j] *= expf(incl - la + carry);
-        carry += __shfl_sync(0xffffffffu, incl, 0);
-      }
-      if (lane == 0) s.decay[0] = expf(carry);
-    }
+    if (warp == 0) decay_weights(0, m, A, every_step, [&](int j) { return s.w[0][j]; });
     tile.contract(s.C[0], s.y[0], nullptr);  // its barrier also publishes w and decay
     if (threadIdx.x < TR) {
       float y = s.decay[0] * s.y[0][threadIdx.x];
@@ -214,8 +240,8 @@ struct mamba2_agent {
         x_cur =
             to_float(p.in.x[b * p.in.x_batch_stride + h * p.in.x_head_stride + row0 + threadIdx.x]);
       }
-      dt_cur =
-          mamba2_step_dt(p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]), h);
+      dt_cur = mamba2_step_dt(
+          p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]), h);
     }
     const float A = p.weights.A[h];
     // The output's D and gate, requested now rather than after the reduction.
@@ -272,12 +298,10 @@ struct mamba2_agent {
 
     if (commit) {
       if constexpr (Op == op::decode) reload_master<mamba2_agent>(tile, p, ck.rd, h, t);  // (pairs)
-      if (Op == op::decode && m == K) {  // the usual window: unrolled
-#pragma unroll
-        for (int j = 0; j < K; ++j) fold_step(tile, j, A);
-      } else {
-        for (int j = 0; j < m; ++j) fold_step(tile, j, A);
-      }
+      if constexpr (Op == op::eager)
+        fold_step(tile, 0, A);
+      else
+        fold_window(tile, m, A);
       if (Op == op::materialize) {
         tile.store(
             other.data + b * other.slot_stride + h * other.head_stride + row0 * other.row_stride,
@@ -371,27 +395,13 @@ struct mamba2_agent {
                                       int base, int nd, float A) {
     const float D = p.weights.D ? p.weights.D[h] : 0.f;
     const int m = base + nd;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
     auto on = [&](int d, int j) { return j < base || ((s.path[d] >> (j - base)) & 1u); };
-    replay_dots<4>(nd, m, on);         // w[d][j] = (B_j . C_d) dt_j on draft d's path
-    tile.contract_many(s.C, s.y, nd);  // its barrier also publishes w
-    for (int d = warp; d < nd; d += NT / 32) {
-      // w[d][j] *= exp(sum_{i > j on the path} A dt_i), by a suffix scan, 32 steps at a time.
-      float carry = 0.f;
-      for (int c0 = ((m - 1) / 32) * 32; c0 >= 0; c0 -= 32) {
-        const int j = c0 + lane;
-        const float la = (j < m && on(d, j)) ? A * s.dt[j] : 0.f;
-        float incl = la;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const float o = __shfl_down_sync(0xffffffffu, incl, off);
-          if (lane + off < 32) incl += o;
-        }
-        if (j < m) s.w[d][j] *= expf(incl - la + carry);
-        carry += __shfl_sync(0xffffffffu, incl, 0);
-      }
-      if (lane == 0) s.decay[d] = expf(carry);
-    }
+    replay_dots<4>(nd, m, on);                // w[d][j] = (B_j . C_d) dt_j on draft d's path
+    tile.contract_many(s.C, s.y, nd);         // its barrier also publishes w
+    for (int d = warp; d < nd; d += NT / 32)  // w[d][j] *= exp(sum_{i > j on the path} A dt_i)
+      decay_weights(
+          d, m, A, [&](int j) { return on(d, j); }, [&](int j) { return s.w[d][j]; });
     __syncthreads();
     for (int i = threadIdx.x; i < nd * TR; i += NT) {
       const int d = i / TR, r = i % TR;
@@ -435,7 +445,7 @@ struct mamba2_agent {
     __syncthreads();
     if (fold) {
       reload_master<mamba2_agent>(tile, p, ck.rd, h, t);  // (pairs: the outputs' copy is loaded)
-      for (int j = 0; j < n; ++j) fold_step(tile, j, A);
+      fold_window(tile, n, A);
       store_checkpoint<mamba2_agent>(tile, p, ck.wr, h, t);
       __syncthreads();   // the drafts are staged over the folded steps
       draft_rows again;  // requested again: holding them across the fold costs registers

@@ -97,26 +97,26 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
 }
 
 namespace detail {
-/// The split replay step's decode grid for `Agent`: the stream kernel (mamba2_stream.cuh) where
-/// the policy allows it, else the split item kernel (`Agent::split_agent`).
-template <class Agent>
-using mamba2_split_agent_t =
-    std::conditional_t<mamba2_stream_supported<typename Agent::policy>::value,
-                       mamba2_stream_agent<typename Agent::policy, Agent::branching>,
-                       typename Agent::split_agent>;
-
 /// The grid of `Agent`, or for a decode with a workspace the split replay step
-/// (launch_items_or_split) after mamba2_coef_kernel, one block per batch row.
+/// (launch_items_or_split) after mamba2_coef_kernel, one block per batch row. Its decode grid
+/// is the stream kernel (mamba2_stream.cuh) where the policy allows it and the serving pool's
+/// 16-byte fragments are aligned (always for fp32; a 16-bit pool needs its pointer and strides
+/// in multiples of 8 elements, where validation asks for 4), else the split item kernel.
 template <class Agent, op Op>
 result launch_mamba2_items(const typename Agent::params_t& p, const state_pool_ref& other,
                            cudaStream_t stream) {
   using policy = typename Agent::policy;
-  return launch_items_or_split<Agent, Op, mamba2_split_agent_t<Agent>>(
-      p, other, stream, [&p](auto s) {  // (generic: instantiated for decode only)
-        const size_t smem = size_t(p.ngroups) * policy::buffer_len * sizeof(float);
-        mamba2_coef_kernel<policy><<<unsigned(p.rows.batch), mamba2_coef_threads, smem, s>>>(p);
-        return check_launch();
-      });
+  auto coef = [&p](auto s) {  // (generic: instantiated for decode only)
+    const size_t smem = size_t(p.ngroups) * policy::buffer_len * sizeof(float);
+    mamba2_coef_kernel<policy><<<unsigned(p.rows.batch), mamba2_coef_threads, smem, s>>>(p);
+    return check_launch();
+  };
+  if constexpr (Op == op::decode && mamba2_stream_supported<policy>::value) {
+    using stream_agent = mamba2_stream_agent<policy, Agent::branching>;
+    if (stream_agent::fragments_aligned(p))
+      return launch_items_or_split<Agent, Op, stream_agent>(p, other, stream, coef);
+  }
+  return launch_items_or_split<Agent, Op, typename Agent::split_agent>(p, other, stream, coef);
 }
 
 template <class Policy, op Op, int MaxDraft = 1>

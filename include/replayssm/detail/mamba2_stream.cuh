@@ -8,64 +8,123 @@
 // batch 256, H200) where the prototype's stream kernel (bench/experiments/split_replay, kernel B)
 // took 277 us with no shared memory and no barrier.
 //
-// What: one block per (batch row, head), the head's P rows over the block's warps, R = P / warps
-// rows per warp. A lane owns 4 consecutive elements (one 16-byte fp32 or 8-byte 16-bit fragment)
-// of each of its warp's rows, so one warp load is one state row of N = 128; lane q <= n owns step
-// q's x values of those R rows (q < n buffered, q = n the current step). A replay row
-// (n + 1 < K) reads its cursor, requests its state rows, the x values and the current dt and B,
+// What: one block per (batch row, HB heads), each head's P rows over its warps, R rows per warp.
+// A lane owns one 16-byte fragment (4 fp32, 8 16-bit elements or 16 8-bit codes) of each of its
+// warp's rows, so one warp load is one fp32 state row of N = 128, two 16-bit or four 8-bit rows;
+// 16- and 8-bit blocks take HB = 2 heads so that a lane has 8 (16-bit) or 4 (8-bit) 16-byte
+// loads in flight, where a head per block would leave it 4 or 2 (bench/NOTES.md v11); an 8-bit
+// fragment's dot is taken over the codes and multiplied by its row's scale once. Lane
+// q <= n owns step q's x values of those R rows (q < n buffered, q = n the current step). A replay
+// row (n + 1 < K) reads its cursor, requests its state rows, the x values and the current dt and B,
 // passes one block barrier (the cursor arrival, as in the fused path: every thread has used its
 // read of n), appends dt and B, waits for the coefficient grid (`pdl_wait`), then requests its
 // row's weights w_0..w_n and decay from the workspace (mamba2_split.cuh) together with C, D and
 // z (one latency; holding them across the wait cost spills at 64 registers) and forms, per lane
 // and row,
-//   decay (h[p, 4 lane ..] . C[4 lane ..]) + (w_lane + [lane == n] D) x_lane[p],
+//   decay (h[p, E lane' ..] . C[E lane' ..]) + (w_lane + [lane == n] D) x_lane[p]
+// (the dot only on the lanes whose fragment is of row p),
 // reduced over the warp by one transposing sum (no shared memory); y *= silu(z); lane n appends
 // x. The buffer ends up exactly as the fused path leaves it (x, B as given; dt after bias and
 // softplus, same formula), and the cursor advances by the same per-slot arrival protocol
-// (run_item.cuh; blocks per slot: nheads, which is the fused kernel's count with one tile per
-// head). The summation order differs from the fused path (fp32 rounding only).
+// (run_item.cuh; blocks per slot: heads(p) = nheads / HB rounded up; committing rows arrive
+// once per head, the fused kernel's count). The summation order differs from the fused path (fp32
+// rounding only).
 //
 // A committing row (n + 1 >= K) runs the fused agent's path in the same block (its own cursor
 // read, arrival and fold), so a launch is still coefficient grid + one decode grid. Not a third
 // grid for the commits after this one: by then this grid has advanced the replay rows' cursors
 // (a row at n = K - 2 would read K - 1 and commit twice), and a grid of batch * nheads blocks
-// that mostly exit at once would cost an estimated tens of microseconds per step (unmeasured). The two paths share the
-// kernel's register allocation (64, the fused path's spills stay in the commit branch; the
-// stream branch alone needs <= 64 with no spills).
+// that mostly exit at once would cost an estimated tens of microseconds per step (unmeasured). The
+// two paths share the kernel's register allocation (64, the fused path's spills stay in the commit
+// branch; the stream branch alone needs <= 64 with no spills).
 #pragma once
 
-#include <type_traits>
-
 #include <replayssm/detail/mamba2_agent.cuh>
+#include <type_traits>
 
 namespace replayssm {
 namespace detail {
 
+/// Word i (0..3) of a 16-byte fragment held in registers.
+REPLAYSSM_DEVICE uint32_t frag_word(const uint4& u, int i) {
+  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+REPLAYSSM_DEVICE uint32_t& frag_word(uint4& u, int i) {
+  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+/// Element e of a 16-byte fragment of fp32, bf16 or fp16 values, or of 8-bit codes (fp8 e4m3,
+/// int8: the code's value, before its row's scale), as a float, by bit operations (indexing the
+/// registers through a pointer would move the fragment to local memory). Call with indices that
+/// are constant after unrolling.
+template <class V>
+REPLAYSSM_DEVICE float frag_get(const uint4& u, int e) {
+  if constexpr (sizeof(V) == 4) {
+    return __uint_as_float(frag_word(u, e));
+  } else if constexpr (sizeof(V) == 1) {
+    return code8<V>::decode(uint8_t(frag_word(u, e >> 2) >> (8 * (e & 3))));
+  } else {
+    const uint32_t w = frag_word(u, e >> 1);
+    const unsigned short b = (unsigned short)((e & 1) ? (w >> 16) : (w & 0xffffu));
+    if constexpr (std::is_same<V, __nv_bfloat16>::value)
+      return __uint_as_float(uint32_t(b) << 16);  // exact, as __bfloat162float
+    else
+      return __half2float(__ushort_as_half(b));
+  }
+}
+/// Sets element e of a 16-byte fragment to v (bits as given).
+template <class V>
+REPLAYSSM_DEVICE void frag_set(uint4& u, int e, V v) {
+  if constexpr (sizeof(V) == 4) {
+    frag_word(u, e) = __float_as_uint(v);
+  } else {
+    uint32_t b;
+    if constexpr (std::is_same<V, __nv_bfloat16>::value)
+      b = __bfloat16_as_ushort(v);
+    else
+      b = __half_as_ushort(v);
+    uint32_t& w = frag_word(u, e >> 1);
+    w = (e & 1) ? ((w & 0xffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
+  }
+}
+
 /// Whether the split replay step of `Policy` (decode with a workspace) uses mamba2_stream_agent:
-/// dstate 128 (a warp load is one state row), one tile per head (`Tile == HeadDim`, the default
-/// for headdim 64), headdim a multiple of the block's warps with R = P / warps a power of two
-/// <= 32 whose x values are whole 16-byte chunks, K <= 32 (lane q owns step q), a serving state
-/// of fp32, bf16 or fp16 (not 8-bit), one item per block.
+/// dstate 128, one tile per head (`Tile == HeadDim`, the default for headdim 64), a serving state
+/// of fp32, bf16, fp16, or 8-bit codes with per-row scales (fp8 e4m3, int8: a pair's copy or a
+/// single checkpoint), K <= 32 (lane q owns step q), one item per block, and the agent's mapping
+/// (its `heads_per_block` heads over the block's warps, R rows per warp, a power of two <= 32
+/// whose x values are whole 16-byte chunks and whose state rows are whole warp loads; each
+/// head's warps cover dstate threads for the B append).
 template <class Policy>
 struct mamba2_stream_supported {
   using rule = typename Policy::rule;
   using T = typename Policy::input_type;
   using S = typename Policy::serving_type;
   static constexpr int warps = Policy::block_threads / 32;
-  static constexpr int R = rule::headdim / warps;
+  /// Heads per block: a 16-bit state row is 256 bytes, half a warp's 16-byte load, so a 16-bit
+  /// block takes two heads to keep as many state bytes per lane in flight as fp32 (NOTES v11).
+  /// An 8-bit block takes two as well (a lane then holds 4 fragments of 16 codes: more heads
+  /// would need 32 row sums per lane, over the 64 registers).
+  static constexpr int heads_per_block = (sizeof(S) <= 2 && warps * 32 >= 2 * rule::dstate) ? 2 : 1;
+  static constexpr int warps_per_head = warps / heads_per_block;
+  static constexpr int R = warps_per_head > 0 ? rule::headdim / warps_per_head : 0;
+  static constexpr int rows_per_load = 32 / (rule::dstate / (16 / int(sizeof(S))));  ///< 1, 2, 4
   static constexpr bool value =
-      rule::dstate == 128 && Policy::tile == rule::headdim && rule::headdim % warps == 0 &&
-      R >= 1 && R <= 32 && (R & (R - 1)) == 0 && (R * int(sizeof(T))) % 16 == 0 &&
-      Policy::commit_interval <= 32 && Policy::pipeline_stages < 2 && !Policy::scaled_copy &&
-      !Policy::scaled_state &&
+      rule::dstate == 128 && Policy::tile == rule::headdim && warps % heads_per_block == 0 &&
+      warps_per_head * 32 >= rule::dstate && rule::headdim % warps_per_head == 0 && R >= 2 &&
+      R <= 32 && (R & (R - 1)) == 0 && (R * int(sizeof(T))) % 16 == 0 && R % rows_per_load == 0 &&
+      Policy::commit_interval <= 32 && Policy::pipeline_stages < 2 &&
       (std::is_same<S, float>::value || std::is_same<S, __nv_bfloat16>::value ||
-       std::is_same<S, __half>::value);
+       std::is_same<S, __half>::value || std::is_same<S, __nv_fp8_e4m3>::value ||
+       std::is_same<S, int8_t>::value);
 };
 
 /// The decode grid of the split replay step for stream-supported policies: one work item per
-/// (batch row, head), run by item_kernel (its launch bounds and static shared memory are those of
-/// the fused agent, which commit rows use). Replay rows stream (stream()); committing rows take
-/// the fused agent's path unchanged.
+/// (batch row, HB heads: one for an fp32 serving state, two for a 16-bit one), run by
+/// item_kernel (its launch bounds and static shared memory are those of the fused agent, which
+/// commit rows use). Replay rows stream (stream()); committing rows take the fused agent's path
+/// unchanged, once per head. A lane holds 16-byte state fragments (4 fp32, 8 16-bit elements or
+/// 16 8-bit codes), KL of them at the default 256 threads: 8 (fp32, 16-bit) or 4 (8-bit, with
+/// the 4 rows' scales), 128 or 64 bytes of state in flight per lane (bench/NOTES.md v11).
 template <class Policy, bool Branch>
 struct mamba2_stream_agent {
   using fused = mamba2_agent<Policy, op::decode, 1, Branch, false>;  ///< commit rows
@@ -79,11 +138,22 @@ struct mamba2_stream_agent {
   static constexpr int NT = Policy::block_threads;
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
+  using S = typename Policy::serving_type;  ///< the state output steps read
+  using support = mamba2_stream_supported<Policy>;
   static constexpr int warps = NT / 32;
-  static constexpr int R = P / warps;  ///< headdim rows per warp
+  static constexpr int HB = support::heads_per_block;  ///< heads per block (1 fp32, else 2)
+  static constexpr int WH = support::warps_per_head;   ///< warps per head
+  static constexpr int R = support::R;                 ///< headdim rows per warp
+  static constexpr int E = 16 / int(sizeof(S));        ///< state elements per 16-byte fragment
+  static constexpr int LPR = N / E;                    ///< lanes per state row (32, 16 or 8)
+  static constexpr int RPL = 32 / LPR;                 ///< state rows per warp load (1, 2 or 4)
+  /// 8-bit serving state: codes times per-row scales (a pair's copy, or a single checkpoint)
+  static constexpr bool scaled = Policy::scaled_copy || Policy::scaled_state;
+  static constexpr int KL = R / RPL;                      ///< fragments per lane
   static constexpr int chunks = R * int(sizeof(T)) / 16;  ///< 16-byte chunks of a lane's x values
+  static constexpr int xe = 16 / int(sizeof(T));          ///< x values per chunk
   static constexpr bool branching = Branch;
-  static constexpr int tiles_per_head = 1;
+  static constexpr int tiles_per_head = 1;  ///< (the grid's x extent is heads(p): head groups)
   static constexpr int min_blocks_per_sm = fused::min_blocks_per_sm;
   static_assert(mamba2_stream_supported<Policy>::value,
                 "mamba2_stream_agent: policy not supported (see mamba2_stream_supported)");
@@ -92,38 +162,69 @@ struct mamba2_stream_agent {
 
   shared_storage& s;
 
-  static REPLAYSSM_HD int heads(const params_t& p) { return p.nheads; }  ///< heads per row
+  /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
+  /// launcher falls back to the split item kernel otherwise).
+  static REPLAYSSM_HD bool fragments_aligned(const params_t& p) {
+    const auto& pool = serving_pool(p);
+    return reinterpret_cast<uintptr_t>(pool.data) % 16 == 0 && pool.row_stride % E == 0 &&
+           pool.head_stride % E == 0 && pool.slot_stride % E == 0;
+  }
+  /// Blocks per row: HB heads each (the last one may have fewer).
+  static REPLAYSSM_HD int heads(const params_t& p) { return (p.nheads + HB - 1) / HB; }
   /// The pool output steps read: a pair's serving copy, else the checkpoint (as run_item).
-  static REPLAYSSM_DEVICE const auto& serving_pool(const params_t& p) {
+  static REPLAYSSM_HD const auto& serving_pool(const params_t& p) {
     if constexpr (Policy::has_serving_copy)
       return p.serving;
     else
       return p.state;
   }
+  /// The row scales of an 8-bit serving_pool (as run_item's load_tile).
+  static REPLAYSSM_DEVICE const scale_pool_ref& serving_scales(const params_t& p) {
+    if constexpr (Policy::has_serving_copy)
+      return p.serving_scale;
+    else
+      return p.state_scale;
+  }
 
   /// Work item (b, h): null rows touch nothing; committing rows run the fused path; replay rows
   /// stream. Every block of a row reads the same cursor (no block of the slot arrives before it
   /// has read it), so all of a row's blocks take the same path.
-  REPLAYSSM_DEVICE void run(const params_t& p, int b, int h, int /*t*/,
+  REPLAYSSM_DEVICE void run(const params_t& p, int b, int hb, int /*t*/,
                             const state_pool_ref& other) {
     const int64_t slot = fused::slot_of(p, b);
     if (slot == p.rows.null_slot) return;
     const int n = buffered_steps<op::decode, K, L>(p.cursors.cursor[slot]);
     if (n + 1 >= K) {
-      fused{s}.run(p, b, h, 0, other);  // reads the slot and cursor again: the same values
+      // One fused item per head (each reads the slot and cursor again, the same values: the
+      // slot's H arrivals are not complete before this block's last head has arrived).
+      fused{s}.run(p, b, hb * HB, 0, other);
+      if (HB == 2 && hb * HB + 1 < p.nheads) {
+        __syncthreads();  // the second head reuses the shared storage
+        fused{s}.run(p, b, hb * HB + 1, 0, other);
+      }
       return;
     }
-    stream(p, b, h, slot, n);
+    stream(p, b, hb, slot, n);
   }
 
-  /// A replay row's item: the state rows, x values, dt and B requested before any is used; the
-  /// barrier and arrival; the dt and B appends; after pdl_wait the weights, C, D and z; the
-  /// output, the x append and the cursor. Call from all threads.
-  REPLAYSSM_DEVICE void stream(const params_t& p, int b, int h, int64_t slot, int n) {
+  /// A replay row's item for the block's heads hb * HB ..: the state rows, x values, dt and B
+  /// requested before any is used; the barrier and arrival; the dt and B appends; after
+  /// pdl_wait the weights, C, D and z; the output, the x append and the cursor. Warp w works on
+  /// head hb * HB + w / WH, rows (w % WH) * R ..; a lane holds KL 16-byte state fragments (E
+  /// elements of row p0 + k RPL + lane / LPR at column (lane % LPR) E). Call from all threads.
+  REPLAYSSM_DEVICE void stream(const params_t& p, int b, int hb, int64_t slot, int n) {
     const int H = p.nheads, G = p.ngroups;
-    const int g = h / (H / G);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int p0 = warp * R;
+    // (With one head per block these fold to h = hb, live, p0 = warp R, tl = threadIdx.x and
+    // half = 0: the registers the fp32 path had before two-head blocks; spelled out because the
+    // compiler cannot bound warp / WH itself, and the extra live values spilled the arrival.)
+    const int hw = HB == 1 ? 0 : warp / WH;  // the warp's head within the block
+    const int h = hb * HB + hw;              // (>= H: a missing last head, idle)
+    const bool live = HB == 1 || h < H;
+    const int g = (live ? h : 0) / (H / G);
+    const int p0 = (HB == 1 ? warp : warp - hw * WH) * R;
+    const int tl = HB == 1 ? int(threadIdx.x) : int(threadIdx.x) - hw * WH * 32;  // in the head
+    const int half = RPL == 1 ? 0 : lane / LPR;  // which row of a warp load (16-, 8-bit)
     ckpt_slots ck{slot, slot};
     if constexpr (Branch) {  // as run_item: a corrupt index touches nothing (the whole row agrees)
       ck.rd = p.branch.ckpt_of[slot];
@@ -133,97 +234,119 @@ struct mamba2_stream_agent {
         return;
     }
 
-    // 1. The state rows p0 .. p0 + R - 1 (what outputs read: a pair's serving copy), streamed.
-    float4 hs[R];
-    {
+    // 1. The state fragments (what outputs read: a pair's serving copy), streamed.
+    uint4 hr[KL];
+    float sc[scaled ? KL : 1];  // 8-bit: the scale of each fragment's row
+    if (live) {
       const auto& pool = serving_pool(p);
-      const auto* st = pool.data + ck.rd * pool.slot_stride + h * pool.head_stride +
-                       int64_t(p0) * pool.row_stride + lane * 4;
+      const S* st = pool.data + ck.rd * pool.slot_stride + h * pool.head_stride +
+                    int64_t(p0 + half) * pool.row_stride + (lane % LPR) * E;
 #pragma unroll
-      for (int r = 0; r < R; ++r) hs[r] = load_state4(st + r * pool.row_stride);
+      for (int k = 0; k < KL; ++k)
+        hr[k] = __ldcs(reinterpret_cast<const uint4*>(st + int64_t(k) * RPL * pool.row_stride));
+      if constexpr (scaled) {
+        const scale_pool_ref& sp = serving_scales(p);
+        const float* srow = sp.data + ck.rd * sp.slot_stride + h * sp.head_stride + p0 + half;
+#pragma unroll
+        for (int k = 0; k < KL; ++k) sc[k] = srow[k * RPL];
+      }
     }
 
     // 2. The x values (lane q <= n: step q's values of the warp's rows, as given in type T) and
-    // the current step's dt (thread 0) and B (the group's first head, one element per thread),
-    // which are appended exactly as the fused path appends them.
+    // the current step's dt (the head's first thread) and B (the group's first head, one
+    // element per thread of the head's warps), which are appended exactly as the fused path
+    // appends them.
     uint4 xr[chunks];
 #pragma unroll
     for (int k = 0; k < chunks; ++k) xr[k] = make_uint4(0u, 0u, 0u, 0u);
-    if (lane < n) {  // buffered rows: 16-byte aligned (validated), R a whole number of chunks
+    if (live && lane < n) {  // buffered rows: 16-byte aligned (validated), R whole chunks
       const uint4* src = reinterpret_cast<const uint4*>(
           p.buffer.x + ((slot * L + lane) * H + h) * int64_t(P) + p0);
 #pragma unroll
       for (int k = 0; k < chunks; ++k) xr[k] = __ldg(src + k);
-    } else if (lane == n) {  // the current step: any alignment
+    } else if (live && lane == n) {  // the current step: any alignment
       const T* src = p.in.x + b * p.in.x_batch_stride + h * p.in.x_head_stride + p0;
-      T* e = reinterpret_cast<T*>(xr);
 #pragma unroll
-      for (int i = 0; i < R; ++i) e[i] = src[i];
+      for (int i = 0; i < R; ++i) frag_set<T>(xr[i / xe], i % xe, src[i]);
     }
     T dt_raw = T();  // (bias and softplus at the append: no wait before the barrier)
-    if (threadIdx.x == 0) dt_raw = p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride];
-    const bool lead = h % (H / G) == 0;
+    if (live && tl == 0) dt_raw = p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride];
+    const bool lead = live && h % (H / G) == 0;
     T b_cur = T();
-    if (lead && threadIdx.x < N)
-      b_cur = p.in.B[b * p.in.B_batch_stride + g * p.in.B_group_stride + threadIdx.x];
+    if (lead && tl < N) b_cur = p.in.B[b * p.in.B_batch_stride + g * p.in.B_group_stride + tl];
 
     // 3. The cursor arrival: every thread has used its read of the cursor (and checkpoint index)
     // before this barrier (run_item.cuh slot_arrival); the atomic overlaps the rest.
     __syncthreads();
     slot_arrival arrival;
     arrival.arrive(p.cursors.arrivals, slot);
-    // Append the current step's B (as given) and dt (after bias and softplus, computed exactly as
-    // the fused path and the coefficient kernel compute it) at position n now: their registers
-    // are free before the output's peak. (Nothing this launch reads lives there.) x below.
     const int64_t at = slot * L + n;
-    if (threadIdx.x == 0) p.buffer.dt[at * H + h] = mamba2_step_dt(p, to_float(dt_raw), h);
-    if (lead && threadIdx.x < N) p.buffer.B[(at * G + g) * N + threadIdx.x] = b_cur;
+    if (live) {
+      // Append the current step's B (as given) and dt (after bias and softplus, computed exactly
+      // as the fused path and the coefficient kernel compute it) at position n now: their
+      // registers are free before the output's peak. (Nothing this launch reads lives there.)
+      if (tl == 0) p.buffer.dt[at * H + h] = mamba2_step_dt(p, to_float(dt_raw), h);
+      if (lead && tl < N) p.buffer.B[(at * G + g) * N + tl] = b_cur;
+    }
 
     // 4. The coefficient grid's results (it has completed and its writes are visible), requested
     // with C, D and z: one latency after the wait, none of their registers held across it.
     pdl_wait();
-    const float* ws = p.workspace + (int64_t(b) * H + h) * (L + 1);
-    float w = lane <= n ? ws[lane] : 0.f;
-    const float decay = ws[L];
-    float4 c;
-    {
-      const T* Cg = p.in.C + b * p.in.C_batch_stride + g * p.in.C_group_stride + lane * 4;
-      c = make_float4(to_float(Cg[0]), to_float(Cg[1]), to_float(Cg[2]), to_float(Cg[3]));
-    }
     using sum = transpose_sum<R, 32>;  // afterwards lane l holds row p0 + sum::index(l)
     const int r_out = sum::index(lane);
-    float gate = 0.f;
-    if (p.in.z && sum::leader(lane))
-      gate = to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + p0 + r_out]);
-    if (lane == n && p.weights.D) w += p.weights.D[h];  // D x_cur rides on the current weight
-
-    // 5. Per-row partial sums of this lane, reduced over the warp.
-    float v[R];
-    {
-      const T* e = reinterpret_cast<const T*>(xr);
+    if (live) {
+      const float* ws = p.workspace + (int64_t(b) * H + h) * (L + 1);
+      float w = lane <= n ? ws[lane] : 0.f;
+      const float decay = ws[L];
+      // C as given, packed (a 16-bit C takes E / 2 registers instead of E), widened in the dot.
+      uint4 cr[(E + xe - 1) / xe];
+      {
+        const T* Cg = p.in.C + b * p.in.C_batch_stride + g * p.in.C_group_stride + (lane % LPR) * E;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float d = fmaf(hs[r].x, c.x, fmaf(hs[r].y, c.y, fmaf(hs[r].z, c.z, hs[r].w * c.w)));
-        v[r] = fmaf(decay, d, w * to_float(e[r]));
+        for (int k = 0; k < (E + xe - 1) / xe; ++k) cr[k] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int e = 0; e < E; ++e) frag_set<T>(cr[e / xe], e % xe, Cg[e]);
       }
-    }
-    sum::run(v);
-    if (sum::leader(lane)) {
-      float y = v[0];
-      if (p.in.z) y *= silu(gate);
-      p.in.out[b * p.in.out_batch_stride + h * p.in.out_head_stride + p0 + r_out] =
-          from_float<T>(y);
-    }
+      float gate = 0.f;
+      if (p.in.z && sum::leader(lane))
+        gate = to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + p0 + r_out]);
+      if (lane == n && p.weights.D) w += p.weights.D[h];  // D x_cur rides on the current weight
 
-    // 6. Append the current step's x at position n (exactly as given).
-    if (lane == n) {
-      uint4* dst = reinterpret_cast<uint4*>(p.buffer.x + (at * H + h) * int64_t(P) + p0);
+      // 5. Per-row partial sums of this lane (a fragment's dot counts for its own row only),
+      // reduced over the warp.
+      float v[R];
 #pragma unroll
-      for (int k = 0; k < chunks; ++k) dst[k] = xr[k];
+      for (int k = 0; k < KL; ++k) {
+        // (as before: the first term a product, not fma(.., 0))
+        float d = frag_get<S>(hr[k], E - 1) * frag_get<T>(cr[(E - 1) / xe], (E - 1) % xe);
+#pragma unroll
+        for (int e = E - 2; e >= 0; --e)
+          d = fmaf(frag_get<S>(hr[k], e), frag_get<T>(cr[e / xe], e % xe), d);
+        if constexpr (scaled) d *= sc[k];  // (the code dot, then the row's scale)
+#pragma unroll
+        for (int q = 0; q < RPL; ++q) {
+          const int r = k * RPL + q;
+          v[r] = fmaf(decay, q == half ? d : 0.f, w * frag_get<T>(xr[r / xe], r % xe));
+        }
+      }
+      sum::run(v);
+      if (sum::leader(lane)) {
+        float y = v[0];
+        if (p.in.z) y *= silu(gate);
+        p.in.out[b * p.in.out_batch_stride + h * p.in.out_head_stride + p0 + r_out] =
+            from_float<T>(y);
+      }
+
+      // 6. Append the current step's x at position n (exactly as given).
+      if (lane == n) {
+        uint4* dst = reinterpret_cast<uint4*>(p.buffer.x + (at * H + h) * int64_t(P) + p0);
+#pragma unroll
+        for (int k = 0; k < chunks; ++k) dst[k] = xr[k];
+      }
     }
 
     // 7. The slot's last block sets cursor n + 1 (and, branching, keeps ckpt_of at rd).
-    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, uint32_t(H), n + 1,
+    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, uint32_t(heads(p)), n + 1,
                    Branch ? p.branch.ckpt_of : nullptr, ck.rd);
   }
 };

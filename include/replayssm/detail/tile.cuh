@@ -208,6 +208,22 @@ struct keep_major_tile {
                          fmaf(a, v[r].z, u * b.z), fmaf(a, v[r].w, u * b.w));
     }
   }
+  /// s(i, j) = a * s(i, j) + sum_{q < m} keep[q][i] * red[q][j]: one FMA per element and q;
+  /// red and keep in shared memory.
+  template <int Q, int KeepLen>
+  REPLAYSSM_DEVICE void rank_k(float a, const float (&red)[Q][Red], const float (&keep)[Q][KeepLen],
+                               int m) {
+    static_assert(KeepLen >= Keep, "keep_major_tile::rank_k: keep rows shorter than the tile");
+#pragma unroll
+    for (int r = 0; r < frags; ++r)
+      v[r] = make_float4(a * v[r].x, a * v[r].y, a * v[r].z, a * v[r].w);
+#pragma unroll 1  // (unrolled, the hoisted shared loads spill at 64 registers)
+    for (int q = 0; q < m; ++q) {
+      const float4 b = *reinterpret_cast<const float4*>(&red[q][col()]);
+#pragma unroll
+      for (int r = 0; r < frags; ++r) v[r] = fma4(keep[q][row(r)], b, v[r]);
+    }
+  }
 };
 
 /// A `Keep x Red` fp32 tile in registers, element (i, j) at `base + j * row_stride + i`
