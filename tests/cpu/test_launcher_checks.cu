@@ -90,122 +90,42 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(r.code == s);
     CHECK(mentions(r, text));
   };
-  {
+  // A valid params with one change, refused with status s and a message mentioning text.
+  auto expect_after = [&](auto&& change, status s, const char* text) {
     auto p = valid_mamba2();
-    p.headdim = 32;
-    expect(p, status::policy_mismatch, "headdim");
-  }
-  {
-    auto p = valid_mamba2();
-    p.dstate = 64;
-    expect(p, status::policy_mismatch, "dstate");
-  }
-  {
-    auto p = valid_mamba2();
-    p.ngroups = 3;
-    expect(p, status::bad_shape, "ngroups must divide nheads");
-  }
-  {
-    auto p = valid_mamba2();
-    p.nheads = 0;
-    expect(p, status::bad_shape, "positive");
-  }
-  {
-    auto p = valid_mamba2();
-    p.state.data = nullptr;
-    expect(p, status::null_pointer, "state.data");
-  }
-  {
-    auto p = valid_mamba2();
-    p.state.data = fake_f + 1;
-    expect(p, status::misaligned_pointer, "16-byte");
-  }
-  {
-    auto p = valid_mamba2();
-    p.state.row_stride = 130;
-    expect(p, status::misaligned_pointer, "multiples of 4");
-  }
-  {
-    auto p = valid_mamba2();
-    p.state.row_stride = 64;
-    expect(p, status::bad_stride, "row_stride >= dstate");
-  }
-  {
-    auto p = valid_mamba2();
-    p.state.slot_stride = 64 * 128;
-    expect(p, status::bad_stride, "slot_stride");
-  }
-  {
-    auto p = valid_mamba2();
-    p.state.num_slots = 0;
-    expect(p, status::bad_shape, "num_slots");
-  }
-  {
-    auto p = valid_mamba2();
-    p.rows.batch = -1;
-    expect(p, status::bad_shape, "negative");
-  }
-  {
-    auto p = valid_mamba2();
-    p.rows.batch = 70000;
-    expect(p, status::bad_shape, "65535");
-  }
-  {
-    auto p = valid_mamba2();
-    p.rows.null_slot = 3;
-    expect(p, status::bad_shape, "null_slot");
-  }
-  {
-    auto p = valid_mamba2();
-    p.rows.slot_idx = nullptr;
-    p.rows.batch = 11;
-    expect(p, status::too_many_slots, "num_slots");
-  }
-  {
-    auto p = valid_mamba2();
-    p.weights.A = nullptr;
-    expect(p, status::null_pointer, "weights.A");
-  }
-  {
-    auto p = valid_mamba2();
-    p.in.C = nullptr;
-    expect(p, status::null_pointer, "in.C");
-  }
-  {
-    auto p = valid_mamba2();
-    p.in.x_head_stride = 32;
-    expect(p, status::bad_stride, "head strides");
-  }
-  {
-    auto p = valid_mamba2();
-    p.in.B_group_stride = 100;
-    expect(p, status::bad_stride, "group strides");
-  }
-  {
-    auto p = valid_mamba2();
-    p.in.x_batch_stride = 64;
-    expect(p, status::bad_stride, "batch stride");
-  }
-  {
-    auto p = valid_mamba2();
-    p.buffer.B = nullptr;
-    expect(p, status::null_pointer, "buffer");
-  }
-  {
-    auto p = valid_mamba2();
-    p.buffer.x = fake_f + 1;
-    expect(p, status::misaligned_pointer, "buffer.x");
-  }
-  {
-    auto p = valid_mamba2();
-    p.cursors.cursor = nullptr;
-    expect(p, status::null_pointer, "cursors.cursor");
-  }
-  {
-    auto p = valid_mamba2();
-    p.cursors.arrivals = nullptr;
-    expect(p, status::null_pointer, "arrivals");
-  }
+    change(p);
+    expect(p, s, text);
+  };
+  expect_after([](auto& p) { p.headdim = 32; }, status::policy_mismatch, "headdim");
+  expect_after([](auto& p) { p.dstate = 64; }, status::policy_mismatch, "dstate");
+  expect_after([](auto& p) { p.ngroups = 3; }, status::bad_shape, "ngroups must divide nheads");
+  expect_after([](auto& p) { p.nheads = 0; }, status::bad_shape, "positive");
+  expect_after([](auto& p) { p.state.data = nullptr; }, status::null_pointer, "state.data");
+  expect_after([](auto& p) { p.state.data = fake_f + 1; }, status::misaligned_pointer, "16-byte");
+  expect_after([](auto& p) { p.state.row_stride = 130; }, status::misaligned_pointer,
+               "multiples of 4");
+  expect_after([](auto& p) { p.state.row_stride = 64; }, status::bad_stride,
+               "row_stride >= dstate");
+  expect_after([](auto& p) { p.state.slot_stride = 64 * 128; }, status::bad_stride, "slot_stride");
+  expect_after([](auto& p) { p.state.num_slots = 0; }, status::bad_shape, "num_slots");
+  expect_after([](auto& p) { p.rows.batch = -1; }, status::bad_shape, "negative");
+  expect_after([](auto& p) { p.rows.batch = 70000; }, status::bad_shape, "65535");
+  expect_after([](auto& p) { p.rows.null_slot = 3; }, status::bad_shape, "null_slot");
+  expect_after(
+      [](auto& p) {
+        p.rows.slot_idx = nullptr;
+        p.rows.batch = 11;
+      },
+      status::too_many_slots, "num_slots");
+  expect_after([](auto& p) { p.weights.A = nullptr; }, status::null_pointer, "weights.A");
+  expect_after([](auto& p) { p.in.C = nullptr; }, status::null_pointer, "in.C");
+  expect_after([](auto& p) { p.in.x_head_stride = 32; }, status::bad_stride, "head strides");
+  expect_after([](auto& p) { p.in.B_group_stride = 100; }, status::bad_stride, "group strides");
+  expect_after([](auto& p) { p.in.x_batch_stride = 64; }, status::bad_stride, "batch stride");
+  expect_after([](auto& p) { p.buffer.B = nullptr; }, status::null_pointer, "buffer");
+  expect_after([](auto& p) { p.buffer.x = fake_f + 1; }, status::misaligned_pointer, "buffer.x");
+  expect_after([](auto& p) { p.cursors.cursor = nullptr; }, status::null_pointer, "cursors.cursor");
+  expect_after([](auto& p) { p.cursors.arrivals = nullptr; }, status::null_pointer, "arrivals");
 
   SECTION("eager needs no buffer, commit needs no step inputs") {
     auto p = valid_mamba2();
@@ -343,72 +263,26 @@ TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu]
     CHECK(r.code == s);
     CHECK(mentions(r, text));
   };
+  auto expect_after = [&](auto&& change, status s, const char* text) {
+    auto p = valid_gdn<TestType>();
+    change(p);
+    expect(p, s, text);
+  };
   using P = gdn_params<TestType>;
-  {
-    P p = valid_gdn<TestType>();
-    p.head_k_dim = 64;
-    expect(p, status::policy_mismatch, "head_k_dim");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.head_v_dim = 64;
-    expect(p, status::policy_mismatch, "head_v_dim");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.num_v_heads = 6;
-    expect(p, status::bad_shape, "multiple of num_k_heads");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.scale = -1.f;
-    expect(p, status::bad_shape, "scale");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.state.head_stride = 128 * 64;
-    expect(p, status::bad_stride, "overlap");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.state.data = fake_f + 2;
-    expect(p, status::misaligned_pointer, "16-byte");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.in.beta = nullptr;
-    expect(p, status::null_pointer, "in.beta");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.in.k_head_stride = 64;
-    expect(p, status::bad_stride, "head strides");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.in.g_batch_stride = 1;
-    expect(p, status::bad_stride, "batch stride");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.buffer.kscale = nullptr;
-    expect(p, status::null_pointer, "buffer.kscale");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.buffer.v = fake_f + 3;
-    expect(p, status::misaligned_pointer, "buffer.k and buffer.v");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.cursors.arrivals = nullptr;
-    expect(p, status::null_pointer, "arrivals");
-  }
-  {
-    P p = valid_gdn<TestType>();
-    p.rows.null_slot = 0;
-    expect(p, status::bad_shape, "null_slot");
-  }
+  expect_after([](auto& p) { p.head_k_dim = 64; }, status::policy_mismatch, "head_k_dim");
+  expect_after([](auto& p) { p.head_v_dim = 64; }, status::policy_mismatch, "head_v_dim");
+  expect_after([](auto& p) { p.num_v_heads = 6; }, status::bad_shape, "multiple of num_k_heads");
+  expect_after([](auto& p) { p.scale = -1.f; }, status::bad_shape, "scale");
+  expect_after([](auto& p) { p.state.head_stride = 128 * 64; }, status::bad_stride, "overlap");
+  expect_after([](auto& p) { p.state.data = fake_f + 2; }, status::misaligned_pointer, "16-byte");
+  expect_after([](auto& p) { p.in.beta = nullptr; }, status::null_pointer, "in.beta");
+  expect_after([](auto& p) { p.in.k_head_stride = 64; }, status::bad_stride, "head strides");
+  expect_after([](auto& p) { p.in.g_batch_stride = 1; }, status::bad_stride, "batch stride");
+  expect_after([](auto& p) { p.buffer.kscale = nullptr; }, status::null_pointer, "buffer.kscale");
+  expect_after([](auto& p) { p.buffer.v = fake_f + 3; }, status::misaligned_pointer,
+               "buffer.k and buffer.v");
+  expect_after([](auto& p) { p.cursors.arrivals = nullptr; }, status::null_pointer, "arrivals");
+  expect_after([](auto& p) { p.rows.null_slot = 0; }, status::bad_shape, "null_slot");
   {  // the split replay step checks its workspace
     P p = valid_gdn<TestType>();
     p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
