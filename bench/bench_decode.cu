@@ -112,19 +112,19 @@ void run_case(benchmark::State& state, Setup& s, mode m) {
 /// Workspace: 1 passes the setup's workspace to decode launches (the split replay step), 0 does
 /// not (the fused kernel), -1 follows workspace_by_default() (REPLAYSSM_BENCH_WORKSPACE).
 /// (Setups are cached and shared, so every benchmark sets it.)
-template <class Policy, int Workspace = -1>
-void bm_mamba2(benchmark::State& state) {
-  auto& s = cached_setup<mamba2_setup<Policy>>(int(state.range(0)), int(state.range(1)),
-                                               int(state.range(2)));
+template <class Setup, int Workspace>
+void bm_setup(benchmark::State& state) {
+  auto& s = cached_setup<Setup>(int(state.range(0)), int(state.range(1)), int(state.range(2)));
   s.use_workspace = Workspace < 0 ? workspace_by_default() : Workspace == 1;
   run_case(state, s, mode(state.range(3)));
 }
 template <class Policy, int Workspace = -1>
+void bm_mamba2(benchmark::State& state) {
+  bm_setup<mamba2_setup<Policy>, Workspace>(state);
+}
+template <class Policy, int Workspace = -1>
 void bm_gdn(benchmark::State& state) {
-  auto& s = cached_setup<gdn_setup<Policy>>(int(state.range(0)), int(state.range(1)),
-                                            int(state.range(2)));
-  s.use_workspace = Workspace < 0 ? workspace_by_default() : Workspace == 1;
-  run_case(state, s, mode(state.range(3)));
+  bm_setup<gdn_setup<Policy>, Workspace>(state);
 }
 
 __global__ void copy_kernel(const float4* __restrict__ src, float4* __restrict__ dst, size_t n) {
