@@ -119,7 +119,7 @@ struct mamba2_stream_supported {
 };
 
 /// The decode grid of the split replay step for stream-supported policies: one work item per
-/// (batch row, HB heads: one for an fp32 serving state, two for a 16-bit one), run by
+/// (batch row, HB heads: one for an fp32 serving state, two for a 16- or 8-bit one), run by
 /// item_kernel (its launch bounds and static shared memory are those of the fused agent, which
 /// commit rows use). Replay rows stream (stream()); committing rows take the fused agent's path
 /// unchanged, once per head. A lane holds 16-byte state fragments (4 fp32, 8 16-bit elements or
@@ -146,7 +146,7 @@ struct mamba2_stream_agent {
   static constexpr int R = support::R;                 ///< headdim rows per warp
   static constexpr int E = 16 / int(sizeof(S));        ///< state elements per 16-byte fragment
   static constexpr int LPR = N / E;                    ///< lanes per state row (32, 16 or 8)
-  static constexpr int RPL = 32 / LPR;                 ///< state rows per warp load (1, 2 or 4)
+  static constexpr int RPL = support::rows_per_load;   ///< state rows per warp load (1, 2 or 4)
   /// 8-bit serving state: codes times per-row scales (a pair's copy, or a single checkpoint)
   static constexpr bool scaled = Policy::scaled_copy || Policy::scaled_state;
   static constexpr int KL = R / RPL;                      ///< fragments per lane
@@ -225,14 +225,8 @@ struct mamba2_stream_agent {
     const int p0 = (HB == 1 ? warp : warp - hw * WH) * R;
     const int tl = HB == 1 ? int(threadIdx.x) : int(threadIdx.x) - hw * WH * 32;  // in the head
     const int half = RPL == 1 ? 0 : lane / LPR;  // which row of a warp load (16-, 8-bit)
-    ckpt_slots ck{slot, slot};
-    if constexpr (Branch) {  // as run_item: a corrupt index touches nothing (the whole row agrees)
-      ck.rd = p.branch.ckpt_of[slot];
-      const int64_t w = p.branch.write_idx ? p.branch.write_idx[b] : -1;
-      ck.wr = w >= 0 ? w : ck.rd;
-      if (ck.rd < 0 || ck.rd >= p.state.num_slots || ck.wr < 0 || ck.wr >= p.state.num_slots)
-        return;
-    }
+    ckpt_slots ck;
+    if (!resolve_ckpt_slots<Branch>(p, b, slot, true, ck)) return;
 
     // 1. The state fragments (what outputs read: a pair's serving copy), streamed.
     uint4 hr[KL];

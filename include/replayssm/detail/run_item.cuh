@@ -139,12 +139,31 @@ template <op Op, bool Branch, class Params>
 REPLAYSSM_DEVICE void finish_cursor(const Params& p, const slot_arrival& arrival, int64_t slot,
                                     uint32_t blocks_per_slot, int n, bool commit, ckpt_slots ck) {
   if constexpr (Op == op::decode)
-    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot,
-                   commit ? 0 : n + 1, Branch ? p.branch.ckpt_of : nullptr,
-                   commit ? ck.wr : ck.rd);
+    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot, commit ? 0 : n + 1,
+                   Branch ? p.branch.ckpt_of : nullptr, commit ? ck.wr : ck.rd);
   if constexpr (Op == op::flush)
     arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, blocks_per_slot, 0,
                           Branch ? p.branch.ckpt_of : nullptr, ck.wr);
+}
+
+/// The checkpoint slots of batch row b, whose pool slot is `slot`: both `slot`, unless Branch
+/// (the checkpoint lives in other pool slots, branch_ref): then rd = branch.ckpt_of[slot] (when
+/// `reads_ckpt_of`) and wr = branch.write_idx[b] (a negative or absent write_idx, a row that will
+/// not commit: in place). False for an index outside the pool: the caller touches nothing (all
+/// blocks of the row agree, so no arrival is missing). The one place these are resolved
+/// (run_item, the stream kernels).
+template <bool Branch, class Params>
+REPLAYSSM_DEVICE bool resolve_ckpt_slots(const Params& p, int b, int64_t slot, bool reads_ckpt_of,
+                                         ckpt_slots& ck) {
+  ck = ckpt_slots{slot, slot};
+  if constexpr (Branch) {
+    if (reads_ckpt_of) ck.rd = p.branch.ckpt_of[slot];
+    const int64_t w = p.branch.write_idx ? p.branch.write_idx[b] : -1;
+    ck.wr = w >= 0 ? w : ck.rd;
+    if (ck.rd < 0 || ck.rd >= p.state.num_slots || ck.wr < 0 || ck.wr >= p.state.num_slots)
+      return false;
+  }
+  return true;
 }
 
 template <class Agent>
@@ -153,14 +172,9 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
   constexpr op Op = Agent::operation;
   const int64_t slot = Agent::slot_of(p, b);
   if (slot == p.rows.null_slot) return;
-  ckpt_slots ck{slot, slot};
-  if constexpr (Agent::branching) {  // the checkpoint lives in other pool slots (branch_ref)
-    if (Op != op::load && Op != op::fork) ck.rd = p.branch.ckpt_of[slot];
-    const int64_t w = p.branch.write_idx ? p.branch.write_idx[b] : -1;
-    ck.wr = w >= 0 ? w : ck.rd;  // a negative write_idx (a row that will not commit): in place
-    // A corrupt index touches nothing (all blocks of the row agree, so no arrival is missing).
-    if (ck.rd < 0 || ck.rd >= p.state.num_slots || ck.wr < 0 || ck.wr >= p.state.num_slots) return;
-  }
+  ckpt_slots ck;
+  if (!resolve_ckpt_slots<Agent::branching>(p, b, slot, Op != op::load && Op != op::fork, ck))
+    return;
   typename Agent::tile_t tile;
   if constexpr (Op == op::load) {
     tile.load(Agent::tile_ptr(other, b, h, t), other.row_stride);
