@@ -38,7 +38,9 @@ profile "replay step fp32, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K1
 profile "replay step bf16, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^precision/$m/bf16/replay_step/"
 profile "verify T=4, Mamba-2 H128" "item_kernel.*mamba2_agent.*opE5" "$spec" "spec/$m/T4/replay_round"
 profile "eager step, GDN Hv64" "item_kernel.*gdn_agent.*opE0" "$decode" "^$g/K16/eager/.*batch:256/"
-profile "commit step, GDN Hv64" "item_kernel.*gdn_agent.*opE1" "$decode" "^$g/K16/commit_step/.*batch:256/"
+profile "commit step, GDN Hv64" "gdn_stream_agent" "$decode" "^$g/K16/commit_step/.*batch:256/"
+profile "replay step fp32, GDN Hv64" "gdn_stream_agent" "$decode" "^$g/K16/replay_step/.*batch:256/"
+profile "replay step bf16, GDN Hv64" "gdn_stream_agent" "$decode" "^precision/$g/bf16/replay_step/"
 profile "verify T=4, GDN Hv64" "item_kernel.*gdn_agent.*opE5" "$spec" "spec/$g/T4/replay_round"
 # The split verification (bench/experiments/split_verify.patch, 55% slower than the fused one at
 # T = 4): its two kernels, if BIN holds sv_bench_spec built from that patch.

@@ -102,12 +102,18 @@ struct gdn_params {
   /// Null (the default): one fused kernel. Ignored by every other launch and by pipelined
   /// policies (PipelineStages >= 2). When to set it (H200, README "Performance"): at batch
   /// 256, K = 16 the window's step is 1-3% faster for fp32 and bf16 checkpoints, unchanged for
-  /// pairs; at K = 8 and below batch 64 it was slower, so leave it null there.
+  /// pairs; at K = 8 it was slower; below `split_min_batch` rows the launch ignores it (the
+  /// fused kernel measured faster at batch 1 and 8).
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against
   /// @ref workspace_elems of its batch and refuses a smaller one (bad_shape), so a workspace
   /// sized for fewer rows is never overrun.
   int64_t workspace_size = 0;
+  /// decode_step runs the split step only when the launch has at least this many batch rows
+  /// (and a workspace); below it the workspace is ignored and the fused kernel runs, which
+  /// measured faster at batch 1 and 8 on every model shape (H200, README "Performance"). 0: the
+  /// split step at every batch (the tests use it to cover small batches).
+  int split_min_batch = 32;
   /// Floats `workspace` needs for `batch` rows of `num_v_heads` value heads.
   static constexpr int64_t workspace_elems(int64_t batch, int num_v_heads) {
     return batch * num_v_heads * (Policy::rule::head_k_dim + Policy::buffer_len);

@@ -99,14 +99,19 @@ struct mamba2_params {
   /// decode grid, launched with programmatic dependent launch (sm_90+), streams the state and
   /// reads them (rows that commit keep the fused path). Null (the default): one fused kernel.
   /// Ignored by every other launch and by pipelined policies (PipelineStages >= 2).
-  /// When to set it (H200, README "Performance"): at batch 256, K = 16 the window's step is
-  /// 9-11% faster for the fp32 + bf16 pair, 4-7% for a bf16 checkpoint, 1-2% for fp32; at
-  /// K = 8 and below batch 64 it was slower (batch 1: 13-33%), so leave it null there.
+  /// When it pays (H200, README "Performance"): from batch 64 up, most for 16- and 8-bit
+  /// serving states; below `split_min_batch` rows the launch ignores it (the fused kernel
+  /// measured faster at batch 1 and 8).
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against
   /// @ref workspace_elems of its batch and refuses a smaller one (bad_shape), so a workspace
   /// sized for fewer rows is never overrun.
   int64_t workspace_size = 0;
+  /// decode_step runs the split step only when the launch has at least this many batch rows
+  /// (and a workspace); below it the workspace is ignored and the fused kernel runs, which
+  /// measured faster at batch 1 and 8 on every model shape (H200, README "Performance"). 0: the
+  /// split step at every batch (the tests use it to cover small batches).
+  int split_min_batch = 32;
   /// Floats `workspace` needs for `batch` rows of `nheads` heads.
   static constexpr int64_t workspace_elems(int64_t batch, int nheads) {
     return batch * nheads * (Policy::buffer_len + 1);

@@ -318,3 +318,37 @@ TEST_CASE("buffer sizes follow the documented layouts", "[cpu][checks]") {
   // No overflow of 32-bit products for a large pool.
   CHECK(gb::v_elems(65536, 64, 64, 128) == 65536LL * 64 * 64 * 128);
 }
+
+TEST_CASE("gated deltanet split replay step: which policies stream, which pools fall back",
+          "[cpu][checks][gdn]") {
+  using gb = rules::gated_deltanet<128, 128, __nv_bfloat16>;
+  using detail::gdn_stream_supported;
+  // The kv layout at the default tile (one per value head) and 128 threads, K <= 32, every
+  // serving type: the stream kernel (gdn_stream.cuh).
+  CHECK(gdn_stream_supported<gpol>::value);
+  CHECK(gdn_stream_supported<replay_policy<gb, 32, 32>>::value);
+  CHECK(gdn_stream_supported<replay_policy<gb, 16, 16, precision::fp32_bf16>>::value);
+  CHECK(gdn_stream_supported<replay_policy<gb, 16, 16, precision::fp8>>::value);
+  CHECK(gdn_stream_supported<replay_policy<gb, 16, 16, precision::fp32_int8>>::value);
+  // The split item kernel: vk, several tiles per head, other block sizes, pipelined policies.
+  CHECK_FALSE(gdn_stream_supported<gvkpol>::value);
+  CHECK_FALSE(gdn_stream_supported<replay_policy<gb, 16, 16, precision::fp32, 64>>::value);
+  CHECK_FALSE(gdn_stream_supported<replay_policy<gb, 16, 16, precision::fp32, 128, 256>>::value);
+  CHECK_FALSE(gdn_stream_supported<replay_policy<gb, 16, 16, precision::fp32, 128, 128, 2>>::value);
+  CHECK_FALSE(gdn_stream_supported<
+              replay_policy<rules::gated_deltanet<64, 128, __nv_bfloat16>, 16, 16>>::value);
+  // A 16-bit serving pool streams 16-byte fragments of 8 elements: strides that are multiples of
+  // 4 (valid) but not of 8 fall back to the split item kernel.
+  using pb = replay_policy<gb, 16, 16, precision::fp32_bf16>;
+  using agent = detail::gdn_stream_agent<pb, false>;
+  gdn_params<pb> p;
+  alignas(16) static __nv_bfloat16 pool[64];
+  p.serving = {pool, 4 * 128 * 128, 128 * 128, 128, 1};
+  CHECK(agent::fragments_aligned(p));
+  p.serving.row_stride = 132;
+  CHECK_FALSE(agent::fragments_aligned(p));
+  p.serving.row_stride = 136;
+  CHECK(agent::fragments_aligned(p));
+  p.serving.data = pool + 4;
+  CHECK_FALSE(agent::fragments_aligned(p));
+}

@@ -34,6 +34,8 @@ struct gdn_case {
   /// Set before allocate(): decode_step gets a workspace (the split replay step,
   /// gdn_params::workspace) for up to `ws_rows` batch rows; every launch's params carry it.
   bool use_workspace = false;
+  /// The params' split_min_batch when use_workspace (0: the split step at any batch).
+  int split_min_batch = 0;
   int ws_rows = 0;
   dev_array<float> ws;
 
@@ -209,6 +211,7 @@ struct gdn_case {
       if (rows > ws_rows) throw std::runtime_error("gdn_case: workspace smaller than rows");
       p.workspace = ws.ptr;
       p.workspace_size = int64_t(ws.n);
+      p.split_min_batch = split_min_batch;  // 0: the split step at the tests' small batches too
     }
     return p;
   }

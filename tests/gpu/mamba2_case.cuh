@@ -33,6 +33,8 @@ struct mamba2_case {
   /// Set before allocate(): decode_step gets a workspace (the split replay step,
   /// mamba2_params::workspace) for up to `ws_rows` batch rows; every launch's params carry it.
   bool use_workspace = false;
+  /// The params' split_min_batch when use_workspace (0: the split step at any batch).
+  int split_min_batch = 0;
   int ws_rows = 0;
   dev_array<float> ws;
 
@@ -206,6 +208,7 @@ struct mamba2_case {
       if (rows > ws_rows) throw std::runtime_error("mamba2_case: workspace smaller than rows");
       p.workspace = ws.ptr;
       p.workspace_size = int64_t(ws.n);
+      p.split_min_batch = split_min_batch;  // 0: the split step at the tests' small batches too
     }
     return p;
   }

@@ -19,6 +19,9 @@ using gdn_kv_f32_L32_K16 = replay_policy<gkv, 32, 16>;
 using gdn_vk_f32_L16_K16 = replay_policy<gvk, 16, 16>;
 using gdn_vk_f32_L32_K8 = replay_policy<gvk, 32, 8>;
 using gdn_kv_bf16_L32_K16 = replay_policy<gkvb, 32, 16>;
+// K = 32 with bf16 inputs: the stream kernel's largest step count per warp (8), whose v values it
+// requests mid-contraction for an fp32 state (gdn_stream.cuh, early_v).
+using gdn_kv_bf16_L32_K32 = replay_policy<gkvb, 32, 32>;
 // The persistent, pipelined kernels (PipelineStages >= 2).
 using gdn_kv_f32_L16_K16_pipe3 = replay_policy<gkv, 16, 16, precision::fp32, 64, 128, 3>;
 using gdn_vk_f32_L16_K8_pipe2 = replay_policy<gvk, 16, 8, precision::fp32, 128, 128, 2>;
@@ -65,14 +68,15 @@ TEMPLATE_TEST_CASE("gated deltanet replay equals eager and the float64 reference
 
 // The split replay step (gdn_params::workspace): the same long run with a workspace on every
 // decode_step (commits in the launch, explicit commits, null rows, slot permutations), both
-// layouts. The pipelined policies ignore the workspace (their fused path must stay correct with
-// one set).
+// layouts. Its decode grid is the stream kernel (gdn_stream.cuh) for the kv policies of one tile
+// per value head (all kv ones here), the split item kernel for vk. The pipelined policies ignore
+// the workspace (their fused path must stay correct with one set).
 TEMPLATE_TEST_CASE(
     "gated deltanet split replay step (workspace) equals eager and the float64 "
     "reference",
     "[gpu][gdn][replay][split]", gdn_kv_f32_L8_K1, gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K8,
     gdn_kv_f32_L16_K16, gdn_kv_f32_L32_K16, gdn_vk_f32_L16_K16, gdn_vk_f32_L32_K8,
-    gdn_kv_bf16_L32_K16, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
-  run_long<TestType>(
-      true, {qwen3_next, qwen35, shape{2, 20, "10 value heads per k head (coefficient warps loop)"}});
+    gdn_kv_bf16_L32_K16, gdn_kv_bf16_L32_K32, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
+  run_long<TestType>(true, {qwen3_next, qwen35,
+                            shape{2, 20, "10 value heads per k head (coefficient warps loop)"}});
 }

@@ -255,7 +255,8 @@ TEMPLATE_TEST_CASE("precision pairs keep the master exact; single checkpoints st
   }
   SECTION("gated deltanet kv and vk, split replay step (workspace), one and several tiles") {
     // The split step reads the serving copy, as the fused one; several tiles of one value head
-    // read one workspace row.
+    // read one workspace row. (kv with one tile per value head: the stream kernel,
+    // gdn_stream.cuh, 16-byte fragments of every serving type; the others: the split item kernel.)
     rtest::gdn_case<gdn<TestType>> c(2, 4);
     c.use_workspace = true;
     run_precision(c, steps / 2, rng);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <replayssm/detail/gdn_agent.cuh>
+#include <replayssm/detail/gdn_stream.cuh>
 #include <replayssm/detail/kernels.cuh>
 #include <replayssm/detail/validate.cuh>
 
@@ -109,16 +110,26 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
 
 namespace detail {
 /// The grid of `Agent`, or for a decode with a workspace the split replay step
-/// (launch_items_or_split) after gdn_coef_kernel, one block per (k head, batch row).
+/// (launch_items_or_split) after gdn_coef_kernel, one block per (k head, batch row). Its decode
+/// grid is the stream kernel (gdn_stream.cuh) where the policy allows it and the serving pool's
+/// 16-byte fragments are aligned (always for fp32; a 16-bit pool needs its pointer and strides in
+/// multiples of 8 elements, an 8-bit one of 16, where validation asks for 4), else the split item
+/// kernel.
 template <class Agent, op Op>
 result launch_gdn_items(const typename Agent::params_t& p, const state_pool_ref& other,
                         cudaStream_t stream) {
   using policy = typename Agent::policy;
-  return launch_items_or_split<Agent, Op>(p, other, stream, [&p](auto s) {  // (decode only)
+  auto coef = [&p](auto s) {  // (generic: instantiated for decode only)
     const dim3 grid(unsigned(p.num_k_heads), unsigned(p.rows.batch));
     gdn_coef_kernel<policy><<<grid, gdn_coef_threads, 0, s>>>(p);
     return check_launch();
-  });
+  };
+  if constexpr (Op == op::decode && gdn_stream_supported<policy>::value) {
+    using stream_agent = gdn_stream_agent<policy, Agent::branching>;
+    if (stream_agent::fragments_aligned(p))
+      return launch_items_or_split<Agent, Op, stream_agent>(p, other, stream, coef);
+  }
+  return launch_items_or_split<Agent, Op, typename Agent::split_agent>(p, other, stream, coef);
 }
 
 template <class Policy, op Op, int MaxDraft = 1>

@@ -100,13 +100,14 @@ result launch_items(const typename Agent::params_t& p, const state_pool_ref& oth
 /// coefficient block has read its cursor and triggered; its replay rows wait for the
 /// coefficients in pdl_wait. Two stream launches, no synchronisation, no allocation: capturable
 /// in a CUDA graph (as a programmatic edge). Every other launch, a decode without a workspace
-/// and pipelined policies (their persistent kernel keeps the fused path) go to launch_items.
+/// or with fewer than `p.split_min_batch` rows, and pipelined policies (their persistent kernel
+/// keeps the fused path) go to launch_items.
 template <class Agent, op Op, class Split = typename Agent::split_agent, class Coef>
 result launch_items_or_split(const typename Agent::params_t& p, const state_pool_ref& other,
                              cudaStream_t stream, Coef&& coef) {
   using policy = typename Agent::policy;
   if constexpr (Op == op::decode && policy::pipeline_stages < 2) {
-    if (p.workspace != nullptr) {
+    if (p.workspace != nullptr && p.rows.batch >= p.split_min_batch) {
       if (p.rows.batch == 0) return ok();
       if (auto r = coef(stream); !r) return r;
       cudaLaunchConfig_t cfg = {};

@@ -45,48 +45,6 @@
 namespace replayssm {
 namespace detail {
 
-/// Word i (0..3) of a 16-byte fragment held in registers.
-REPLAYSSM_DEVICE uint32_t frag_word(const uint4& u, int i) {
-  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
-}
-REPLAYSSM_DEVICE uint32_t& frag_word(uint4& u, int i) {
-  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
-}
-/// Element e of a 16-byte fragment of fp32, bf16 or fp16 values, or of 8-bit codes (fp8 e4m3,
-/// int8: the code's value, before its row's scale), as a float, by bit operations (indexing the
-/// registers through a pointer would move the fragment to local memory). Call with indices that
-/// are constant after unrolling.
-template <class V>
-REPLAYSSM_DEVICE float frag_get(const uint4& u, int e) {
-  if constexpr (sizeof(V) == 4) {
-    return __uint_as_float(frag_word(u, e));
-  } else if constexpr (sizeof(V) == 1) {
-    return code8<V>::decode(uint8_t(frag_word(u, e >> 2) >> (8 * (e & 3))));
-  } else {
-    const uint32_t w = frag_word(u, e >> 1);
-    const unsigned short b = (unsigned short)((e & 1) ? (w >> 16) : (w & 0xffffu));
-    if constexpr (std::is_same<V, __nv_bfloat16>::value)
-      return __uint_as_float(uint32_t(b) << 16);  // exact, as __bfloat162float
-    else
-      return __half2float(__ushort_as_half(b));
-  }
-}
-/// Sets element e of a 16-byte fragment to v (bits as given).
-template <class V>
-REPLAYSSM_DEVICE void frag_set(uint4& u, int e, V v) {
-  if constexpr (sizeof(V) == 4) {
-    frag_word(u, e) = __float_as_uint(v);
-  } else {
-    uint32_t b;
-    if constexpr (std::is_same<V, __nv_bfloat16>::value)
-      b = __bfloat16_as_ushort(v);
-    else
-      b = __half_as_ushort(v);
-    uint32_t& w = frag_word(u, e >> 1);
-    w = (e & 1) ? ((w & 0xffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
-  }
-}
-
 /// Whether the split replay step of `Policy` (decode with a workspace) uses mamba2_stream_agent:
 /// dstate 128, one tile per head (`Tile == HeadDim`, the default for headdim 64), a serving state
 /// of fp32, bf16, fp16, or 8-bit codes with per-row scales (fp8 e4m3, int8: a pair's copy or a
