@@ -124,26 +124,10 @@ struct gdn_stream_agent {
 
   shared_storage& s;
 
-  /// The pool output steps read: a pair's serving copy, else the checkpoint (as run_item).
-  static REPLAYSSM_HD const auto& serving_pool(const params_t& p) {
-    if constexpr (Policy::has_serving_copy)
-      return p.serving;
-    else
-      return p.state;
-  }
-  /// The row scales of an 8-bit serving_pool (as run_item's load_tile).
-  static REPLAYSSM_DEVICE const scale_pool_ref& serving_scales(const params_t& p) {
-    if constexpr (Policy::has_serving_copy)
-      return p.serving_scale;
-    else
-      return p.state_scale;
-  }
   /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
   /// launcher falls back to the split item kernel otherwise; always true for fp32).
   static REPLAYSSM_HD bool fragments_aligned(const params_t& p) {
-    const auto& pool = serving_pool(p);
-    return reinterpret_cast<uintptr_t>(pool.data) % 16 == 0 && pool.row_stride % E == 0 &&
-           pool.head_stride % E == 0 && pool.slot_stride % E == 0;
+    return fragments_aligned16<E>(serving_pool_of<Policy>(p));
   }
   static REPLAYSSM_HD int heads(const params_t& p) { return p.num_v_heads; }  ///< blocks per row
 
@@ -233,14 +217,14 @@ struct gdn_stream_agent {
     uint4 hr[KL];
     float sc[scaled ? KL : 1];  // 8-bit: the scale of each fragment's row
     {
-      const auto& pool = serving_pool(p);
+      const auto& pool = serving_pool_of<Policy>(p);
       const S* st = pool.data + ck.rd * pool.slot_stride + hv * pool.head_stride +
                     int64_t(k0 + half) * pool.row_stride + (lane % LPR) * E;
 #pragma unroll
       for (int f = 0; f < KL; ++f)
         hr[f] = __ldcs(reinterpret_cast<const uint4*>(st + int64_t(f) * RPL * pool.row_stride));
       if constexpr (scaled) {  // (kv: one scale per state row k of the head's one tile)
-        const scale_pool_ref& sp = serving_scales(p);
+        const scale_pool_ref& sp = serving_scales_of<Policy>(p);
         const float* srow = sp.data + ck.rd * sp.slot_stride + hv * sp.head_stride + k0 + half;
 #pragma unroll
         for (int f = 0; f < KL; ++f) sc[f] = srow[f * RPL];

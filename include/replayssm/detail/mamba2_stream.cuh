@@ -123,26 +123,10 @@ struct mamba2_stream_agent {
   /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
   /// launcher falls back to the split item kernel otherwise).
   static REPLAYSSM_HD bool fragments_aligned(const params_t& p) {
-    const auto& pool = serving_pool(p);
-    return reinterpret_cast<uintptr_t>(pool.data) % 16 == 0 && pool.row_stride % E == 0 &&
-           pool.head_stride % E == 0 && pool.slot_stride % E == 0;
+    return fragments_aligned16<E>(serving_pool_of<Policy>(p));
   }
   /// Blocks per row: HB heads each (the last one may have fewer).
   static REPLAYSSM_HD int heads(const params_t& p) { return (p.nheads + HB - 1) / HB; }
-  /// The pool output steps read: a pair's serving copy, else the checkpoint (as run_item).
-  static REPLAYSSM_HD const auto& serving_pool(const params_t& p) {
-    if constexpr (Policy::has_serving_copy)
-      return p.serving;
-    else
-      return p.state;
-  }
-  /// The row scales of an 8-bit serving_pool (as run_item's load_tile).
-  static REPLAYSSM_DEVICE const scale_pool_ref& serving_scales(const params_t& p) {
-    if constexpr (Policy::has_serving_copy)
-      return p.serving_scale;
-    else
-      return p.state_scale;
-  }
 
   /// Work item (b, h): null rows touch nothing; committing rows run the fused path; replay rows
   /// stream. Every block of a row reads the same cursor (no block of the slot arrives before it
@@ -190,14 +174,14 @@ struct mamba2_stream_agent {
     uint4 hr[KL];
     float sc[scaled ? KL : 1];  // 8-bit: the scale of each fragment's row
     if (live) {
-      const auto& pool = serving_pool(p);
+      const auto& pool = serving_pool_of<Policy>(p);
       const S* st = pool.data + ck.rd * pool.slot_stride + h * pool.head_stride +
                     int64_t(p0 + half) * pool.row_stride + (lane % LPR) * E;
 #pragma unroll
       for (int k = 0; k < KL; ++k)
         hr[k] = __ldcs(reinterpret_cast<const uint4*>(st + int64_t(k) * RPL * pool.row_stride));
       if constexpr (scaled) {
-        const scale_pool_ref& sp = serving_scales(p);
+        const scale_pool_ref& sp = serving_scales_of<Policy>(p);
         const float* srow = sp.data + ck.rd * sp.slot_stride + h * sp.head_stride + p0 + half;
 #pragma unroll
         for (int k = 0; k < KL; ++k) sc[k] = srow[k * RPL];

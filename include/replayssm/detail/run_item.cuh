@@ -63,6 +63,29 @@ REPLAYSSM_DEVICE void load_copy(Tile& tile, const typename Agent::params_t& p, i
                                 int t) {
   load_tile<Agent::policy::scaled_copy, Agent>(tile, p.serving, p.serving_scale, slot, h, t);
 }
+/// The pool output steps read (decode, verify) as the stream agents see it: a pair's serving copy,
+/// else the checkpoint; and that pool's row scales (8-bit serving states).
+template <class Policy, class Params>
+REPLAYSSM_HD const auto& serving_pool_of(const Params& p) {
+  if constexpr (Policy::has_serving_copy)
+    return p.serving;
+  else
+    return p.state;
+}
+template <class Policy, class Params>
+REPLAYSSM_DEVICE const scale_pool_ref& serving_scales_of(const Params& p) {
+  if constexpr (Policy::has_serving_copy)
+    return p.serving_scale;
+  else
+    return p.state_scale;
+}
+/// Whether a pool's pointer and strides keep every 16-byte fragment of E elements aligned (the
+/// stream agents' launchers fall back to the split item kernel otherwise; always for fp32).
+template <int E, class Pool>
+REPLAYSSM_HD bool fragments_aligned16(const Pool& pool) {
+  return reinterpret_cast<uintptr_t>(pool.data) % 16 == 0 && pool.row_stride % E == 0 &&
+         pool.head_stride % E == 0 && pool.slot_stride % E == 0;
+}
 template <class Agent, class Tile>
 REPLAYSSM_DEVICE void store_copy(const Tile& tile, const typename Agent::params_t& p, int64_t slot,
                                  int h, int t) {
