@@ -124,12 +124,8 @@ result launch_gdn_items(const typename Agent::params_t& p, const state_pool_ref&
     gdn_coef_kernel<policy><<<grid, gdn_coef_threads, 0, s>>>(p);
     return check_launch();
   };
-  if constexpr (Op == op::decode && gdn_stream_supported<policy>::value) {
-    using stream_agent = gdn_stream_agent<policy, Agent::branching>;
-    if (stream_agent::fragments_aligned(p))
-      return launch_items_or_split<Agent, Op, stream_agent>(p, other, stream, coef);
-  }
-  return launch_items_or_split<Agent, Op, typename Agent::split_agent>(p, other, stream, coef);
+  return launch_items_or_stream<Agent, Op, gdn_stream_agent<policy, Agent::branching>,
+                                gdn_stream_supported<policy>::value>(p, other, stream, coef);
 }
 
 template <class Policy, op Op, int MaxDraft = 1>

@@ -132,5 +132,18 @@ result launch_items_or_split(const typename Agent::params_t& p, const state_pool
   return launch_items<Agent, Op>(p, other, stream);
 }
 
+/// launch_items_or_split with the rule's stream kernel as the split step's decode grid: `Stream`
+/// where `StreamOk` (the policy fits it) and its serving pool's 16-byte fragments are aligned
+/// (`Stream::fragments_aligned`), else the agent's split item kernel.
+template <class Agent, op Op, class Stream, bool StreamOk, class Coef>
+result launch_items_or_stream(const typename Agent::params_t& p, const state_pool_ref& other,
+                              cudaStream_t stream, Coef&& coef) {
+  if constexpr (Op == op::decode && StreamOk) {
+    if (Stream::fragments_aligned(p))
+      return launch_items_or_split<Agent, Op, Stream>(p, other, stream, coef);
+  }
+  return launch_items_or_split<Agent, Op, typename Agent::split_agent>(p, other, stream, coef);
+}
+
 }  // namespace detail
 }  // namespace replayssm

@@ -111,12 +111,8 @@ result launch_mamba2_items(const typename Agent::params_t& p, const state_pool_r
     mamba2_coef_kernel<policy><<<unsigned(p.rows.batch), mamba2_coef_threads, smem, s>>>(p);
     return check_launch();
   };
-  if constexpr (Op == op::decode && mamba2_stream_supported<policy>::value) {
-    using stream_agent = mamba2_stream_agent<policy, Agent::branching>;
-    if (stream_agent::fragments_aligned(p))
-      return launch_items_or_split<Agent, Op, stream_agent>(p, other, stream, coef);
-  }
-  return launch_items_or_split<Agent, Op, typename Agent::split_agent>(p, other, stream, coef);
+  return launch_items_or_stream<Agent, Op, mamba2_stream_agent<policy, Agent::branching>,
+                                mamba2_stream_supported<policy>::value>(p, other, stream, coef);
 }
 
 template <class Policy, op Op, int MaxDraft = 1>
