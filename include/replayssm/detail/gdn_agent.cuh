@@ -309,26 +309,18 @@ struct gdn_agent {
     finish_cursor<Op, Branch>(p, arrival, slot, blocks_per_slot, n, commit, ck);
   }
 
-  /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block
-  /// alone writes: its columns of v, g and beta (tile 0), the k-head's k and factor (its first
-  /// value head, tile 0).
-  REPLAYSSM_DEVICE void move_step(const params_t& p, int hv, int t, int64_t from_slot, int from,
-                                  int64_t to_slot, int to) {
-    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
-    const int hk = hv / (Hv / Hk);
-    const int v0 = t * VT;
+  /// op::accept and op::fork (row_item): copies buffered step `from` of `from_slot` to step `to`
+  /// of `to_slot`, the whole step (v, g and beta of every value head, k and its factor of every
+  /// k head). Call from all threads.
+  static REPLAYSSM_DEVICE void move_row(const params_t& p, int64_t from_slot, int from,
+                                        int64_t to_slot, int to) {
+    const int64_t Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int64_t f = buf_step(from_slot, from), d = buf_step(to_slot, to);
-    for (int i = threadIdx.x; i < VT; i += NT)
-      p.buffer.v[(d * Hv + hv) * VD + v0 + i] = p.buffer.v[(f * Hv + hv) * VD + v0 + i];
-    if (t == 0 && threadIdx.x == 0) {
-      p.buffer.g[d * Hv + hv] = p.buffer.g[f * Hv + hv];
-      p.buffer.beta[d * Hv + hv] = p.buffer.beta[f * Hv + hv];
-    }
-    if (t == 0 && hv % (Hv / Hk) == 0) {
-      for (int i = threadIdx.x; i < KD; i += NT)
-        p.buffer.k[(d * Hk + hk) * KD + i] = p.buffer.k[(f * Hk + hk) * KD + i];
-      if (threadIdx.x == 0) p.buffer.kscale[d * Hk + hk] = p.buffer.kscale[f * Hk + hk];
-    }
+    block_copy<NT>(p.buffer.v + d * Hv * VD, p.buffer.v + f * Hv * VD, Hv * VD);
+    block_copy<NT>(p.buffer.k + d * Hk * KD, p.buffer.k + f * Hk * KD, Hk * KD);
+    block_copy<NT>(p.buffer.g + d * Hv, p.buffer.g + f * Hv, Hv);
+    block_copy<NT>(p.buffer.beta + d * Hv, p.buffer.beta + f * Hv, Hv);
+    block_copy<NT>(p.buffer.kscale + d * Hk, p.buffer.kscale + f * Hk, Hk);
   }
 
   /// Row b's nd draft steps (input rows b * MaxDraft + d) in registers: raw q and k, this

@@ -1,10 +1,11 @@
 // The thin __global__ entries over a block agent, and the launch of a grid of them. An agent
 // (mamba2_agent, gdn_agent) provides: params_t, policy, operation, shared_storage, tile_t,
 // tiles_per_head, heads(params), slot_of(params, b), tile_ptr(pool, row, head, tile),
-// max_draft, and process / process_verify / process_eager_draft / move_step (run_item.cuh).
+// max_draft, and process / process_verify / process_eager_draft / move_row (run_item.cuh).
 #pragma once
 
 #include <replayssm/detail/ops.cuh>
+#include <replayssm/detail/run_item.cuh>
 #include <replayssm/detail/tile.cuh>
 #include <replayssm/detail/validate.cuh>
 
@@ -21,6 +22,14 @@ REPLAYSSM_KERNEL void __launch_bounds__(Agent::policy::block_threads, Agent::min
   __shared__ typename Agent::shared_storage smem;
   constexpr int tiles = Agent::tiles_per_head;
   Agent{smem}.run(p, blockIdx.y, blockIdx.x / tiles, blockIdx.x % tiles, other);
+}
+
+/// Row operations (accept, fork: no state traffic): one block per batch row, no shared memory
+/// (run_item.cuh row_item).
+template <class Agent>
+REPLAYSSM_KERNEL void __launch_bounds__(Agent::policy::block_threads)
+    row_kernel(const typename Agent::params_t p) {
+  row_item<Agent>(p, int(blockIdx.x));
 }
 
 /// Persistent, pipelined entry for eager and decode: each block walks work items
@@ -75,21 +84,26 @@ result launch_items(const typename Agent::params_t& p, const state_pool_ref& oth
                     cudaStream_t stream) {
   using policy = typename Agent::policy;
   if (p.rows.batch == 0) return ok();
-  const dim3 grid(unsigned(Agent::heads(p)) * Agent::tiles_per_head, unsigned(p.rows.batch));
-  if constexpr (policy::pipeline_stages >= 2 && !Agent::branching &&
-                (Op == op::eager || Op == op::decode)) {
-    const size_t smem = size_t(policy::pipeline_stages) * Agent::tile_t::frags *
-                        policy::block_threads * sizeof(float4);
-    int blocks = 0;
-    if (auto r = persistent_grid(pipelined_kernel<Agent>, policy::block_threads, smem,
-                                 int(grid.x * grid.y), blocks);
-        !r)
-      return r;
-    pipelined_kernel<Agent><<<blocks, policy::block_threads, smem, stream>>>(p, other);
+  if constexpr (Op == op::accept || Op == op::fork) {
+    row_kernel<Agent><<<unsigned(p.rows.batch), policy::block_threads, 0, stream>>>(p);
+    return check_launch();
+  } else {
+    const dim3 grid(unsigned(Agent::heads(p)) * Agent::tiles_per_head, unsigned(p.rows.batch));
+    if constexpr (policy::pipeline_stages >= 2 && !Agent::branching &&
+                  (Op == op::eager || Op == op::decode)) {
+      const size_t smem = size_t(policy::pipeline_stages) * Agent::tile_t::frags *
+                          policy::block_threads * sizeof(float4);
+      int blocks = 0;
+      if (auto r = persistent_grid(pipelined_kernel<Agent>, policy::block_threads, smem,
+                                   int(grid.x * grid.y), blocks);
+          !r)
+        return r;
+      pipelined_kernel<Agent><<<blocks, policy::block_threads, smem, stream>>>(p, other);
+      return check_launch();
+    }
+    item_kernel<Agent><<<grid, policy::block_threads, 0, stream>>>(p, other);
     return check_launch();
   }
-  item_kernel<Agent><<<grid, policy::block_threads, 0, stream>>>(p, other);
-  return check_launch();
 }
 
 /// The split replay step of decode (mamba2_split.cuh, gdn_split.cuh): `coef`, a

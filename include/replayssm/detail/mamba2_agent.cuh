@@ -340,22 +340,15 @@ struct mamba2_agent {
     finish_cursor<Op, Branch>(p, arrival, slot, blocks_per_slot, n, commit, ck);
   }
 
-  /// op::accept: copies buffered step `from` to position `to` (to < from) for what this block
-  /// alone writes: its rows of x, dt (tile 0) and the group's B (the group's first head, tile 0).
-  REPLAYSSM_DEVICE void move_step(const params_t& p, int h, int t, int64_t from_slot, int from,
-                                  int64_t to_slot, int to) {
-    const int H = p.nheads;
-    const int g = h / (H / p.ngroups);
-    const int row0 = t * TR;
+  /// op::accept and op::fork (row_item): copies buffered step `from` of `from_slot` to step `to`
+  /// of `to_slot`, the whole step (x and dt of every head, B of every group). Call from all threads.
+  static REPLAYSSM_DEVICE void move_row(const params_t& p, int64_t from_slot, int from,
+                                        int64_t to_slot, int to) {
+    const int64_t H = p.nheads, G = p.ngroups;
     const int64_t f = buf_step(from_slot, from), d = buf_step(to_slot, to);
-    for (int i = threadIdx.x; i < TR; i += NT)
-      p.buffer.x[(d * H + h) * P + row0 + i] = p.buffer.x[(f * H + h) * P + row0 + i];
-    if (t == 0) {
-      if (threadIdx.x == 0) p.buffer.dt[d * H + h] = p.buffer.dt[f * H + h];
-      if (h % (H / p.ngroups) == 0)
-        for (int i = threadIdx.x; i < N; i += NT)
-          p.buffer.B[(d * p.ngroups + g) * N + i] = p.buffer.B[(f * p.ngroups + g) * N + i];
-    }
+    block_copy<NT>(p.buffer.x + d * H * P, p.buffer.x + f * H * P, H * P);
+    block_copy<NT>(p.buffer.B + d * G * N, p.buffer.B + f * G * N, G * N);
+    block_copy<NT>(p.buffer.dt + d * H, p.buffer.dt + f * H, H);
   }
 
   /// Row b's nd draft steps (input rows b * MaxDraft + d) in registers: B, C, this block's rows

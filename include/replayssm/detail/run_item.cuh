@@ -110,51 +110,6 @@ REPLAYSSM_DEVICE void reload_master(Tile& tile, const typename Agent::params_t& 
   if constexpr (Agent::policy::has_serving_copy) load_master<Agent>(tile, p, rd, h, t);
 }
 
-/// op::accept for work item (b, h, t): keeps row b's accepted drafts. They are moved to the
-/// buffer's tail (positions n, n + 1, ...) from where the verification put them (its cursor
-/// tells: after the buffered steps, or after the window it folded) along the accepted path
-/// (`accepted_nodes`, trees) or in order (chains, `accepted_nodes` null); then cursor = n +
-/// accepted. Sources always lie at or after their destinations and each block moves only what
-/// it alone writes, so the moves need no ordering between blocks. No state traffic.
-template <class Agent>
-REPLAYSSM_DEVICE void accept_item(Agent& agent, const typename Agent::params_t& p, int b, int h,
-                                  int t, int64_t slot) {
-  constexpr int K = Agent::policy::commit_interval, L = Agent::policy::buffer_len;
-  constexpr int MaxDraft = Agent::max_draft;
-  const int32_t c = p.cursors.cursor[slot];
-  const int n = buffered_steps<op::accept, K, L>(c), off = draft_offset<L>(c);
-  int a = p.spec.accepted[b];
-  if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
-  if (p.spec.accepted_nodes && a > MaxDraft) a = MaxDraft;
-  a = a < 0 ? 0 : (a > L - off ? L - off : a);
-  for (int k = 0; k < a; ++k) {
-    const int node = p.spec.accepted_nodes ? p.spec.accepted_nodes[int64_t(b) * MaxDraft + k] : k;
-    if (node < k || off + node >= L || off + node == n + k) continue;  // malformed, or in place
-    agent.move_step(p, h, t, slot, off + node, slot, n + k);
-    __syncthreads();  // this move lands before a later one could read near it
-  }
-  arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
-                        uint32_t(Agent::heads(p)) * Agent::tiles_per_head, n + a);
-}
-
-/// op::fork for work item (b, h, t): slot `dst` becomes a branch of slot `branch.fork_src[b]`:
-/// its buffered steps and cursor are copied (each block copies what it alone writes) and it reads
-/// the same checkpoint. Fork after accept, not between a verification and its accept (drafts
-/// are not copied). No state traffic.
-template <class Agent>
-REPLAYSSM_DEVICE void fork_item(Agent& agent, const typename Agent::params_t& p, int b, int h,
-                                int t, int64_t dst) {
-  constexpr int K = Agent::policy::commit_interval, L = Agent::policy::buffer_len;
-  const int64_t src = p.branch.fork_src[b];
-  if (src < 0 || src >= p.state.num_slots || src == dst) return;  // (all blocks of the row)
-  const int n = buffered_steps<op::flush, K, L>(p.cursors.cursor[src]);
-  const int32_t ckpt = p.branch.ckpt_of[src];
-  for (int j = 0; j < n; ++j) agent.move_step(p, h, t, src, j, dst, j);
-  arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, dst,
-                        uint32_t(Agent::heads(p)) * Agent::tiles_per_head, n, p.branch.ckpt_of,
-                        ckpt);
-}
-
 /// The end of a decode or flush item: the slot's last block to arrive sets its cursor (0 after a
 /// commit, else n + 1) and, with branches, which pool slot now holds its checkpoint. Decode
 /// arrived right after its staging barrier (`arrival`); flush arrives here. Call from all threads.
@@ -189,15 +144,68 @@ REPLAYSSM_DEVICE bool resolve_ckpt_slots(const Params& p, int b, int64_t slot, b
   return true;
 }
 
+/// op::accept and op::fork for batch row b, by one block (row_kernel): neither touches state, so
+/// a row needs no per-head work items, only its buffered steps moved (`Agent::move_row`, every
+/// head and group of a step at once, all threads) and its cursor set by the block itself.
+///
+/// accept keeps row b's accepted drafts: they move to the buffer's tail (positions n, n + 1, ...)
+/// from where the verification put them (its cursor tells: after the buffered steps, or after
+/// the window it folded) along the accepted path (`accepted_nodes`, trees) or in order (chains,
+/// `accepted_nodes` null); then cursor = n + accepted. A source never lies before its
+/// destination, but a later move may write where an earlier one read (a tree path 1, 2 with the
+/// drafts at n: move 0 reads n + 1, which move 1 writes), hence the barrier after each move.
+/// fork makes slot `dst` (row b's) a branch of slot `branch.fork_src[b]`: its buffered steps
+/// and cursor are copied and it reads the same checkpoint. Fork after accept, not between a
+/// verification and its accept (drafts are not copied). Call from all threads.
+template <class Agent>
+REPLAYSSM_DEVICE void row_item(const typename Agent::params_t& p, int b) {
+  constexpr op Op = Agent::operation;
+  static_assert(Op == op::accept || Op == op::fork, "row_item: accept and fork only");
+  constexpr int K = Agent::policy::commit_interval, L = Agent::policy::buffer_len;
+  const int64_t slot = Agent::slot_of(p, b);
+  if (slot == p.rows.null_slot) return;
+  ckpt_slots ck;  // (accept, branching: a row whose checkpoint index is corrupt is left alone)
+  if (!resolve_ckpt_slots<Agent::branching>(p, b, slot, Op == op::accept, ck)) return;
+  if constexpr (Op == op::accept) {
+    constexpr int MaxDraft = Agent::max_draft;
+    const int32_t c = p.cursors.cursor[slot];
+    const int n = buffered_steps<op::accept, K, L>(c), off = draft_offset<L>(c);
+    int a = p.spec.accepted[b];
+    if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
+    if (p.spec.accepted_nodes && a > MaxDraft) a = MaxDraft;
+    a = a < 0 ? 0 : (a > L - off ? L - off : a);
+    for (int k = 0; k < a; ++k) {
+      const int node =
+          p.spec.accepted_nodes ? p.spec.accepted_nodes[int64_t(b) * MaxDraft + k] : k;
+      if (node < k || off + node >= L || off + node == n + k) continue;  // malformed, or in place
+      Agent::move_row(p, slot, off + node, slot, n + k);
+      __syncthreads();  // this move lands before a later one could overwrite its source
+    }
+    __syncthreads();  // every thread has read the cursor
+    if (threadIdx.x == 0) p.cursors.cursor[slot] = n + a;
+  } else {
+    const int64_t src = p.branch.fork_src[b];
+    if (src < 0 || src >= p.state.num_slots || src == slot) return;
+    const int n = buffered_steps<op::flush, K, L>(p.cursors.cursor[src]);
+    const int32_t ckpt = p.branch.ckpt_of[src];
+    for (int j = 0; j < n; ++j) Agent::move_row(p, src, j, slot, j);  // (disjoint slots)
+    if (threadIdx.x == 0) {
+      p.cursors.cursor[slot] = n;
+      p.branch.ckpt_of[slot] = ckpt;
+    }
+  }
+}
+
 template <class Agent>
 REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, int b, int h, int t,
                                const state_pool_ref& other) {
   constexpr op Op = Agent::operation;
+  static_assert(Op != op::accept && Op != op::fork,
+                "run_item: accept and fork are row operations (row_item, row_kernel)");
   const int64_t slot = Agent::slot_of(p, b);
   if (slot == p.rows.null_slot) return;
   ckpt_slots ck;
-  if (!resolve_ckpt_slots<Agent::branching>(p, b, slot, Op != op::load && Op != op::fork, ck))
-    return;
+  if (!resolve_ckpt_slots<Agent::branching>(p, b, slot, Op != op::load, ck)) return;
   typename Agent::tile_t tile;
   if constexpr (Op == op::load) {
     tile.load(Agent::tile_ptr(other, b, h, t), other.row_stride);
@@ -206,14 +214,6 @@ REPLAYSSM_DEVICE void run_item(Agent& agent, const typename Agent::params_t& p, 
       p.cursors.cursor[slot] = 0;
       if constexpr (Agent::branching) p.branch.ckpt_of[slot] = int32_t(ck.wr);
     }
-    return;
-  }
-  if constexpr (Op == op::accept) {
-    accept_item(agent, p, b, h, t, slot);
-    return;
-  }
-  if constexpr (Op == op::fork) {
-    fork_item(agent, p, b, h, t, slot);
     return;
   }
   if constexpr (Agent::policy::has_serving_copy && (Op == op::decode || Op == op::verify))

@@ -434,6 +434,32 @@ struct slot_arrival {
   }
 };
 
+/// Copies `count` elements from `src` to `dst` (not overlapping) with the block's NT threads:
+/// 16 bytes per thread and load where both are 16-byte aligned and the span is whole 16-byte
+/// chunks, else one element per load; each thread requests up to 4 loads before it stores (one
+/// memory latency for a 16 KB step row at 256 threads). Call from all threads.
+template <int NT, class V>
+REPLAYSSM_DEVICE void block_copy(V* __restrict__ dst, const V* __restrict__ src, int64_t count) {
+  constexpr int vec = 16 / sizeof(V), U = 4;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src);
+  if (addr % 16 == 0 && count % vec == 0) {
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    const int64_t n = count / vec;
+    for (int64_t i0 = threadIdx.x; i0 < n; i0 += U * NT) {
+      uint4 r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (i0 + u * NT < n) r[u] = s[i0 + u * NT];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (i0 + u * NT < n) d[i0 + u * NT] = r[u];
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < count; i += NT) dst[i] = src[i];
+  }
+}
+
 /// Barrier, arrival and finish at once, for launches that read the cursor until their end.
 /// Call from all threads.
 REPLAYSSM_DEVICE void arrive_and_set_cursor(int32_t* cursor, uint32_t* arrivals, int64_t slot,
