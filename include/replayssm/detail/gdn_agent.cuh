@@ -43,8 +43,11 @@ struct gdn_agent {
   /// Resident blocks per SM the registers must allow (0: no bound). The state tile alone takes
   /// 128 registers at 128 threads; decode, which stages its buffer rows in one wave, is held to 3
   /// blocks (170 registers), which the compiler otherwise exceeds (measured with bf16 inputs at
-  /// L = 16; fp32 inputs or a longer buffer spill under this bound).
-  static constexpr int min_blocks_per_sm = (Op == op::decode && NT == 128) ? 3 : 0;
+  /// L = 16; fp32 inputs or a longer buffer spill under this bound). So is the verification of up
+  /// to 4 drafts: unbounded, its fold branch took 178 registers at L = 23, 2 blocks per SM, and
+  /// the T = 4 round was 25% slower (bounded: 168 registers, 0-4 B of spills).
+  static constexpr int min_blocks_per_sm =
+      (NT == 128 && (Op == op::decode || (Op == op::verify && MaxDraft <= 4))) ? 3 : 0;
   // Steps staged at once: the buffered steps (up to L), plus the current one for decode.
   static constexpr int S = (Op == op::eager)         ? 1
                            : (Op == op::eager_draft) ? MaxDraft
@@ -93,7 +96,8 @@ struct gdn_agent {
     alignas(16) float o[VT];
     alignas(16) float kh[VT];
     alignas(16) float u[VT];
-    alignas(16) float scratch[tile_t::scratch_floats];
+    // (fold's contract_cols alternates two halves; the eager step keeps its one)
+    alignas(16) float scratch[(Op == op::eager ? 1 : 2) * tile_t::scratch_floats];
     float qscale[NQ];
     uint32_t path[NQ];  // verify: the drafts on each draft's path (bit k: draft k)
   };
@@ -146,16 +150,50 @@ struct gdn_agent {
     __syncthreads();
   }
 
-  /// Folds the first m staged steps (k normalised) into the state tile: the delta-rule update,
-  /// one step at a time.
+  /// Folds the first m staged steps (k normalised) into the state tile: the delta-rule update
+  /// h_j = alpha_j h_{j-1} + k_j u_j^T, u_j = beta_j (v_j - alpha_j h_{j-1}^T k_j), one step at
+  /// a time. Except for the eager step (m = 1, as it always was), in the scaled form
+  /// h_j = A_j H_j (A_j = alpha_1 ... alpha_j, a block-uniform scalar): H_j = H_{j-1} + k_j
+  /// (u_j / A_j)^T with u_j / A_j = beta_j (v_j / A_j - H_{j-1}^T k_j), so a step is a
+  /// contraction and one FMA per element (not a contraction, a multiply and an FMA), and the
+  /// tile is multiplied by A_m once at the end. Rounding is that of fp32 arithmetic on the true
+  /// magnitudes (each term's error scales with it). Should A fall below 2^-64 (1 / A would grow
+  /// the tile without bound), the tile is first brought to A's scale: it then holds
+  /// alpha_j h_{j-1} and the step continues with A = 1.
   REPLAYSSM_DEVICE void fold(tile_t& tile, int m) {
-    for (int j = 0; j < m; ++j) {
-      const float alpha = expf(s.g[j]);
-      tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
-      if (threadIdx.x < VT)
-        s.u[threadIdx.x] = s.beta[j] * (s.v[j][threadIdx.x] - alpha * s.kh[threadIdx.x]);
-      __syncthreads();
-      tile.rank1(alpha, s.k[j], s.u, 1.f);
+    if constexpr (Op == op::eager) {
+      for (int j = 0; j < m; ++j) {
+        const float alpha = expf(s.g[j]);
+        tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
+        if (threadIdx.x < VT)
+          s.u[threadIdx.x] = s.beta[j] * (s.v[j][threadIdx.x] - alpha * s.kh[threadIdx.x]);
+        __syncthreads();
+        tile.rank1(alpha, s.k[j], s.u, 1.f);
+      }
+    } else {
+      constexpr float tiny = 5.421010862427522e-20f;  // 2^-64
+      float A = 1.f;  // the tile holds h / A
+      for (int j = 0; j < m; ++j) {
+        A *= expf(s.g[j]);
+        if (A < tiny) {  // (rare: gates summing below -44 within a window)
+          tile.scale(A);
+          A = 1.f;
+        }
+        const float ia = 1.f / A, bj = s.beta[j];
+        if constexpr (kv) {  // one barrier a step: each thread forms u for its own columns
+          const float4 kh = tile.contract_cols(s.k[j], s.scratch, j & 1);  // H^T k
+          const float4 vj = *reinterpret_cast<const float4*>(&s.v[j][tile_t::col()]);
+          tile.rank1_add_cols(s.k[j], make_float4(bj * (vj.x * ia - kh.x), bj * (vj.y * ia - kh.y),
+                                                  bj * (vj.z * ia - kh.z), bj * (vj.w * ia - kh.w)));
+        } else {
+          tile.contract(s.k[j], s.kh, s.scratch);  // H^T k
+          if (threadIdx.x < VT) s.u[threadIdx.x] = bj * (s.v[j][threadIdx.x] * ia - s.kh[threadIdx.x]);
+          __syncthreads();
+          tile.rank1_add(s.k[j], s.u);
+        }
+      }
+      if (A != 1.f) tile.scale(A);
+      if constexpr (kv) __syncthreads();  // the last step's partial sums are read before reuse
     }
   }
 

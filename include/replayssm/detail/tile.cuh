@@ -209,6 +209,17 @@ struct keep_major_tile {
                          fmaf(a, v[r].z, u * b.z), fmaf(a, v[r].w, u * b.w));
     }
   }
+  /// s(i, j) += keep[i] * red[j]: one FMA per element; red and keep in shared memory.
+  REPLAYSSM_DEVICE void rank1_add(const float* red, const float* keep) {
+    const float4 b = *reinterpret_cast<const float4*>(red + col());
+#pragma unroll
+    for (int r = 0; r < frags; ++r) v[r] = fma4(keep[row(r)], b, v[r]);
+  }
+  /// s(i, j) *= a.
+  REPLAYSSM_DEVICE void scale(float a) {
+#pragma unroll
+    for (int r = 0; r < frags; ++r) v[r] = make_float4(a * v[r].x, a * v[r].y, a * v[r].z, a * v[r].w);
+  }
   /// s(i, j) = a * s(i, j) + sum_{q < m} keep[q][i] * red[q][j]: one FMA per element and q;
   /// red and keep in shared memory.
   template <int Q, int KeepLen>
@@ -236,7 +247,7 @@ struct reduce_major_tile {
   static constexpr int warps = Threads / 32;
   static constexpr int row_step = rows_per_pass * warps;
   static constexpr int frags = Red / row_step;
-  static constexpr int scratch_floats = warps * Keep;
+  static constexpr int scratch_floats = warps * Keep;  ///< contract; contract_cols: twice this
   static constexpr int scale_rows = Red;  ///< rows of an 8-bit copy's scales per tile
   static_assert(Keep % 4 == 0 && lanes_per_row <= 32 && 32 % lanes_per_row == 0,
                 "reduce_major_tile: the tile width (Tile columns of V) must be 16, 32, 64 or 128.");
@@ -296,6 +307,49 @@ struct reduce_major_tile {
       v[r] = make_float4(fmaf(a, v[r].x, u.x * b), fmaf(a, v[r].y, u.y * b),
                          fmaf(a, v[r].z, u.z * b), fmaf(a, v[r].w, u.w * b));
     }
+  }
+  /// s(i, j) += keep[i] * red[j]: one FMA per element; red and keep in shared memory.
+  REPLAYSSM_DEVICE void rank1_add(const float* red, const float* keep) {
+    rank1_add_cols(red, *reinterpret_cast<const float4*>(keep + col()));
+  }
+  /// s(i, j) += keep[i] * red[j] with this thread's keep[col() .. col() + 3] in `keep4` (as
+  /// contract_cols returns them); red in shared memory.
+  REPLAYSSM_DEVICE void rank1_add_cols(const float* red, float4 keep4) {
+#pragma unroll
+    for (int r = 0; r < frags; ++r) v[r] = fma4(red[row(r)], keep4, v[r]);
+  }
+  /// This thread's columns col() .. col() + 3 of contract(vec) (the same sums in the same
+  /// order), with one block barrier: the warps' partial sums go to half `half` (0 or 1) of
+  /// scratch (2 * scratch_floats floats) and every thread adds up its own columns. Successive calls alternate halves (a
+  /// call's writes then never meet a slower warp's reads of the call before: between them lies
+  /// the barrier of the call in between); barrier before any other use of scratch.
+  REPLAYSSM_DEVICE float4 contract_cols(const float* vec, float* scratch, int half) const {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < frags; ++r) acc = fma4(vec[row(r)], v[r], acc);
+#pragma unroll
+    for (int off = lanes_per_row; off < 32; off <<= 1) {
+      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, off);
+      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, off);
+      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, off);
+      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, off);
+    }
+    float* part = scratch + half * warps * Keep;
+    if (lane() < lanes_per_row)
+      *reinterpret_cast<float4*>(part + (threadIdx.x >> 5) * Keep + col()) = acc;
+    __syncthreads();
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < warps; ++w) {
+      const float4 q = *reinterpret_cast<const float4*>(part + w * Keep + col());
+      s = make_float4(s.x + q.x, s.y + q.y, s.z + q.z, s.w + q.w);
+    }
+    return s;
+  }
+  /// s(i, j) *= a.
+  REPLAYSSM_DEVICE void scale(float a) {
+#pragma unroll
+    for (int r = 0; r < frags; ++r) v[r] = make_float4(a * v[r].x, a * v[r].y, a * v[r].z, a * v[r].w);
   }
 };
 
