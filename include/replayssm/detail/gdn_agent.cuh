@@ -44,10 +44,16 @@ struct gdn_agent {
   /// 128 registers at 128 threads; decode, which stages its buffer rows in one wave, is held to 3
   /// blocks (170 registers), which the compiler otherwise exceeds (measured with bf16 inputs at
   /// L = 16; fp32 inputs or a longer buffer spill under this bound). So is the verification of up
-  /// to 4 drafts: unbounded, its fold branch took 178 registers at L = 23, 2 blocks per SM, and
-  /// the T = 4 round was 25% slower (bounded: 168 registers, 0-4 B of spills).
+  /// to 4 drafts, which takes 168 registers unbounded at L = 19-23 with bf16 inputs (measured: with
+  /// the scaled fold it took 178, 2 blocks per SM, and the T = 4 round was 25% slower).
   static constexpr int min_blocks_per_sm =
       (NT == 128 && (Op == op::decode || (Op == op::verify && MaxDraft <= 4))) ? 3 : 0;
+  /// Whether fold() runs the scaled form (one FMA per element and step): the window folds of
+  /// decode commits, flush and materialize. The eager step (one step) and the verification keep
+  /// the direct form: measured on the H200 (batch 256, Hv64), the scaled form made the T = 4
+  /// verification 17% slower at the same 168 registers (round 630 -> 735 us; T = 2 and 8 were
+  /// 1-2% faster; not understood: profile before trying again).
+  static constexpr bool scaled_fold = (Op != op::eager && Op != op::verify);
   // Steps staged at once: the buffered steps (up to L), plus the current one for decode.
   static constexpr int S = (Op == op::eager)         ? 1
                            : (Op == op::eager_draft) ? MaxDraft
@@ -97,7 +103,7 @@ struct gdn_agent {
     alignas(16) float kh[VT];
     alignas(16) float u[VT];
     // (fold's contract_cols alternates two halves; the eager step keeps its one)
-    alignas(16) float scratch[(Op == op::eager ? 1 : 2) * tile_t::scratch_floats];
+    alignas(16) float scratch[(scaled_fold ? 2 : 1) * tile_t::scratch_floats];
     float qscale[NQ];
     uint32_t path[NQ];  // verify: the drafts on each draft's path (bit k: draft k)
   };
@@ -152,7 +158,7 @@ struct gdn_agent {
 
   /// Folds the first m staged steps (k normalised) into the state tile: the delta-rule update
   /// h_j = alpha_j h_{j-1} + k_j u_j^T, u_j = beta_j (v_j - alpha_j h_{j-1}^T k_j), one step at
-  /// a time. Except for the eager step (m = 1, as it always was), in the scaled form
+  /// a time. Where `scaled_fold` (decode commits, flush, materialize), in the scaled form
   /// h_j = A_j H_j (A_j = alpha_1 ... alpha_j, a block-uniform scalar): H_j = H_{j-1} + k_j
   /// (u_j / A_j)^T with u_j / A_j = beta_j (v_j / A_j - H_{j-1}^T k_j), so a step is a
   /// contraction and one FMA per element (not a contraction, a multiply and an FMA), and the
@@ -161,7 +167,7 @@ struct gdn_agent {
   /// the tile without bound), the tile is first brought to A's scale: it then holds
   /// alpha_j h_{j-1} and the step continues with A = 1.
   REPLAYSSM_DEVICE void fold(tile_t& tile, int m) {
-    if constexpr (Op == op::eager) {
+    if constexpr (!scaled_fold) {
       for (int j = 0; j < m; ++j) {
         const float alpha = expf(s.g[j]);
         tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
