@@ -3,7 +3,9 @@
 // round (eager_draft_step: one read, one intermediate state written per draft; keeping the accepted
 // prefix is a slot-index redirect, free). T tokens per row per round: the last accepted token
 // plus T - 1 drafts. Manual time from CUDA events per round; bytes counted as each scheme must
-// move them.
+// move them. Two more rows split the verification's time: verify_nofold (every row at K - 1
+// buffered steps, the most a row holds without folding) and verify_fold (every row at K: every
+// row folds its window first), the verification alone, cursors reset outside the timed region.
 #include "setups.cuh"
 
 namespace {
@@ -37,8 +39,11 @@ struct spec_counts {
   spec_ref round(int i) const { return {num_draft.ptr, accepted.ptr + size_t(i % sets) * batch}; }
 };
 
+enum class kind { eager_round, replay_round, verify_nofold, verify_fold };
+
 template <int Tn, class Setup>
-void run_round(benchmark::State& state, Setup& s, bool replay) {
+void run_round(benchmark::State& state, Setup& s, kind what) {
+  const bool replay = what != kind::eager_round;
   spec_counts counts(s.batch, Tn);
   dev_array<float> intermediate(replay ? 0 : size_t(s.batch) * Tn * s.state_elems());
   const state_pool_ref inter{intermediate.ptr, int64_t(s.state_elems()),
@@ -55,7 +60,9 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
   auto round = [&](int i) {
     auto p = s.params(0);  // one slot set: the pool is >= 1 GiB at batch 256
     p.spec = counts.round(i);
-    if (replay) {
+    if (what == kind::verify_nofold || what == kind::verify_fold) {
+      RBENCH_CHECK(verify_step<Tn>(p, stream));
+    } else if (replay) {
       RBENCH_CHECK(verify_step<Tn>(p, stream));
       RBENCH_CHECK(cudaEventRecord(mid, stream));
       RBENCH_CHECK(accept(p, stream));
@@ -65,22 +72,32 @@ void run_round(benchmark::State& state, Setup& s, bool replay) {
   };
   for (int w = 0; w < 2 * K; ++w) round(w);  // warm-up into the steady state of the cursors
   RBENCH_CHECK(cudaStreamSynchronize(stream));
+  const bool verify_only = what == kind::verify_nofold || what == kind::verify_fold;
+  const int n_fixed = what == kind::verify_fold ? K : K - 1;
   for (auto _ : state) {
+    if (verify_only) {  // every row at n_fixed buffered steps (a fold leaves a marker: reset)
+      rbench::set_cursors_kernel<<<(s.batch + 127) / 128, 128, 0, stream>>>(
+          s.cursor.ptr, s.rot.set(0), s.batch, n_fixed, K, false, 0);
+      RBENCH_CHECK(cudaGetLastError());
+    }
     timer.begin();
     round(it++);
     state.SetIterationTime(timer.end());
-    if (replay) {
+    if (replay && !verify_only) {
       float ms = 0;
       RBENCH_CHECK(cudaEventElapsedTime(&ms, timer.start, mid));
       verify_s += ms * 1e-3;
     }
   }
   RBENCH_CHECK(cudaEventDestroy(mid));
-  if (replay) state.counters["verify_us"] = 1e6 * verify_s / double(state.iterations());
+  if (replay && !verify_only) state.counters["verify_us"] = 1e6 * verify_s / double(state.iterations());
   // Bytes per row per round.
   const double S = s.state_bytes(), bs = s.step_buffer_bytes(), io = s.io_bytes();
   double bytes;
-  if (replay) {
+  if (verify_only) {  // the state read (and written, folding), the buffered rows, the drafts
+    const bool fold = what == kind::verify_fold;
+    bytes = (fold ? 2 : 1) * S + (n_fixed + Tn) * bs + Tn * io;
+  } else if (replay) {
     const double a = counts.mean_accepted, mean_buffered = (K - 1 + a) / 2.0;
     // The verification that finds K or more accepted steps buffered folds them (the window plus
     // the overshoot of the round that filled it: about K + (a - 1) / 2 steps, once every that
@@ -101,28 +118,30 @@ template <int Tn>
 void bm_mamba2(benchmark::State& state) {
   auto& s = cached_setup<rbench::mamba2_setup<m2pol<Tn>>>(int(state.range(0)), int(state.range(1)),
                                                           256, 8);
-  run_round<Tn>(state, s, state.range(2) == 1);
+  run_round<Tn>(state, s, kind(state.range(2)));
 }
 template <int Tn>
 void bm_gdn(benchmark::State& state) {
   auto& s =
       cached_setup<rbench::gdn_setup<gdnpol<Tn>>>(int(state.range(0)), int(state.range(1)), 256, 8);
-  run_round<Tn>(state, s, state.range(2) == 1);
+  run_round<Tn>(state, s, kind(state.range(2)));
 }
 
 template <int Tn>
 void register_rounds() {
   const std::string t = "/T" + std::to_string(Tn);
-  for (int replay : {0, 1}) {
-    const std::string kind = replay ? "/replay_round" : "/eager_round";
-    benchmark::RegisterBenchmark(("spec/mamba2/H128_G8" + t + kind).c_str(), bm_mamba2<Tn>)
+  // replay: the kind (eager_round, replay_round, verify_nofold, verify_fold).
+  for (int replay : {0, 1, 2, 3}) {
+    const char* names[] = {"/eager_round", "/replay_round", "/verify_nofold", "/verify_fold"};
+    const std::string label = names[replay];
+    benchmark::RegisterBenchmark(("spec/mamba2/H128_G8" + t + label).c_str(), bm_mamba2<Tn>)
         ->Args({128, 8, replay})
         ->ArgNames({"H", "G", "replay"})
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
     for (int hv : {64, 32})
       benchmark::RegisterBenchmark(
-          ("spec/gdn/Hv" + std::to_string(hv) + "_Hk16" + t + kind).c_str(), bm_gdn<Tn>)
+          ("spec/gdn/Hv" + std::to_string(hv) + "_Hk16" + t + label).c_str(), bm_gdn<Tn>)
           ->Args({hv, 16, replay})
           ->ArgNames({"Hv", "Hk", "replay"})
           ->UseManualTime()
