@@ -156,6 +156,17 @@ struct gdn_agent {
     __syncthreads();
   }
 
+  /// Applies staged step j (k normalised) to the state tile in the direct form of the delta
+  /// rule: h = alpha_j h + k_j u_j^T, u_j = beta_j (v_j - alpha_j h^T k_j).
+  REPLAYSSM_DEVICE void direct_step(tile_t& tile, int j) {
+    const float alpha = expf(s.g[j]);
+    tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
+    if (threadIdx.x < VT)
+      s.u[threadIdx.x] = s.beta[j] * (s.v[j][threadIdx.x] - alpha * s.kh[threadIdx.x]);
+    __syncthreads();
+    tile.rank1(alpha, s.k[j], s.u, 1.f);
+  }
+
   /// Folds the first m staged steps (k normalised) into the state tile: the delta-rule update
   /// h_j = alpha_j h_{j-1} + k_j u_j^T, u_j = beta_j (v_j - alpha_j h_{j-1}^T k_j), one step at
   /// a time. Where `scaled_fold` (decode commits, flush, materialize), in the scaled form
@@ -168,14 +179,7 @@ struct gdn_agent {
   /// alpha_j h_{j-1} and the step continues with A = 1.
   REPLAYSSM_DEVICE void fold(tile_t& tile, int m) {
     if constexpr (!scaled_fold) {
-      for (int j = 0; j < m; ++j) {
-        const float alpha = expf(s.g[j]);
-        tile.contract(s.k[j], s.kh, s.scratch);  // h^T k before the decay
-        if (threadIdx.x < VT)
-          s.u[threadIdx.x] = s.beta[j] * (s.v[j][threadIdx.x] - alpha * s.kh[threadIdx.x]);
-        __syncthreads();
-        tile.rank1(alpha, s.k[j], s.u, 1.f);
-      }
+      for (int j = 0; j < m; ++j) direct_step(tile, j);
     } else {
       constexpr float tiny = 5.421010862427522e-20f;  // 2^-64
       float A = 1.f;  // the tile holds h / A
@@ -523,12 +527,7 @@ struct gdn_agent {
     __syncthreads();
     for (int d = 0; d < nd; ++d) {
       const int64_t r = int64_t(b) * MaxDraft + d;
-      const float alpha = expf(s.g[d]);
-      tile.contract(s.k[d], s.kh, s.scratch);  // h^T k before the decay
-      if (threadIdx.x < VT)
-        s.u[threadIdx.x] = s.beta[d] * (s.v[d][threadIdx.x] - alpha * s.kh[threadIdx.x]);
-      __syncthreads();
-      tile.rank1(alpha, s.k[d], s.u, 1.f);
+      direct_step(tile, d);
       tile.store(tile_base(other.data + r * other.slot_stride + hv * other.head_stride,
                            other.row_stride, v0),
                  other.row_stride);

@@ -274,8 +274,9 @@ struct reduce_major_tile {
 #pragma unroll
     for (int r = 0; r < frags; ++r) store_state4(base + row(r) * row_stride + col(), v[r]);
   }
-  /// out[i] = sum_j s(i, j) vec[j]; scratch holds `scratch_floats`. Ends with a block barrier.
-  REPLAYSSM_DEVICE void contract(const float* vec, float* out, float* scratch) const {
+  /// This warp's partial sums of contract(vec) for columns col() .. col() + 3 (its rows, reduced
+  /// over the lanes that share those columns).
+  REPLAYSSM_DEVICE float4 warp_partial(const float* vec) const {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int r = 0; r < frags; ++r) acc = fma4(vec[row(r)], v[r], acc);
@@ -286,6 +287,11 @@ struct reduce_major_tile {
       acc.z += __shfl_xor_sync(0xffffffffu, acc.z, off);
       acc.w += __shfl_xor_sync(0xffffffffu, acc.w, off);
     }
+    return acc;
+  }
+  /// out[i] = sum_j s(i, j) vec[j]; scratch holds `scratch_floats`. Ends with a block barrier.
+  REPLAYSSM_DEVICE void contract(const float* vec, float* out, float* scratch) const {
+    const float4 acc = warp_partial(vec);
     if (lane() < lanes_per_row)
       *reinterpret_cast<float4*>(scratch + (threadIdx.x >> 5) * Keep + col()) = acc;
     __syncthreads();
@@ -324,16 +330,7 @@ struct reduce_major_tile {
   /// call's writes then never meet a slower warp's reads of the call before: between them lies
   /// the barrier of the call in between); barrier before any other use of scratch.
   REPLAYSSM_DEVICE float4 contract_cols(const float* vec, float* scratch, int half) const {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int r = 0; r < frags; ++r) acc = fma4(vec[row(r)], v[r], acc);
-#pragma unroll
-    for (int off = lanes_per_row; off < 32; off <<= 1) {
-      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, off);
-      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, off);
-      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, off);
-      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, off);
-    }
+    const float4 acc = warp_partial(vec);
     float* part = scratch + half * warps * Keep;
     if (lane() < lanes_per_row)
       *reinterpret_cast<float4*>(part + (threadIdx.x >> 5) * Keep + col()) = acc;
