@@ -37,6 +37,12 @@ profile "commit step, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K16/com
 profile "replay step fp32, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K16/replay_step/.*batch:256/"
 profile "replay step bf16, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^precision/$m/bf16/replay_step/"
 profile "verify T=4, Mamba-2 H128" "item_kernel.*mamba2_agent.*opE5" "$spec" "spec/$m/T4/replay_round"
+# The verification alone without folds (every row at K - 1 buffered steps), with source counters:
+# where its instructions and stalls are (v14: instruction-bound, ~6x the authors' per (row, head)).
+sections+=(--section SourceCounters --section InstructionStats)
+profile "verify T=4 no fold, Mamba-2 H128" "item_kernel.*mamba2_agent.*opE5" "$spec" "spec/$m/T4/verify_nofold"
+profile "verify T=4 no fold, GDN Hv64" "item_kernel.*gdn_agent.*opE5" "$spec" "spec/$g/T4/verify_nofold"
+sections=("${sections[@]:0:12}")
 profile "eager step, GDN Hv64" "item_kernel.*gdn_agent.*opE0" "$decode" "^$g/K16/eager/.*batch:256/"
 profile "commit step, GDN Hv64" "gdn_stream_agent" "$decode" "^$g/K16/commit_step/.*batch:256/"
 profile "replay step fp32, GDN Hv64" "gdn_stream_agent" "$decode" "^$g/K16/replay_step/.*batch:256/"
