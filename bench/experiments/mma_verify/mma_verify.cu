@@ -1144,12 +1144,21 @@ static int run_gpu(int batch) {
   }
   bool all_finite = true;
   for (const result& r : results) all_finite = all_finite && r.finite;
-  std::printf("Checks: GPU layout probe %s, kernel 1 %s, all outputs written %s\n", probe_ok ? "PASS" : "FAIL",
-              bc_ok ? "PASS" : "FAIL", all_finite ? "PASS" : "FAIL");
+  // Gross-error check on err/hdmax, so that a wrong index or coefficient (err/hdmax ~1e-2 and up)
+  // fails the run: FMA <= 1e-5, 3x/2xTF32 <= 1e-4, 1xTF32 <= 1e-2 (expected ~1e-7, ~1e-7, ~1e-4).
+  bool acc_ok = true;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const char* nm = variants[i].name;
+    const double tol = std::strcmp(nm, "FMA") == 0 ? 1e-5 : std::strcmp(nm, "1xTF32") == 0 ? 1e-2 : 1e-4;
+    acc_ok = acc_ok && results[i].max_head <= tol;
+  }
+  std::printf("Checks: GPU layout probe %s, kernel 1 %s, all outputs written %s, err/hdmax sanity %s\n",
+              probe_ok ? "PASS" : "FAIL", bc_ok ? "PASS" : "FAIL", all_finite ? "PASS" : "FAIL",
+              acc_ok ? "PASS" : "FAIL");
   std::printf("Verdict: best 3xTF32 = %.1f us = %.2fx read-only (target <= ~1.2x); max rel %.2e (target <= ~1e-5; "
               "FMA floor %.2e)\n",
               best3, best3 / t_read, best3_rel, fma_rel);
-  return (probe_ok && bc_ok && all_finite) ? 0 : 1;
+  return (probe_ok && bc_ok && all_finite && acc_ok) ? 0 : 1;
 }
 
 }  // namespace mv
