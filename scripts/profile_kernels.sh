@@ -8,7 +8,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh" build
 find_bin() { [[ -x "$BIN/$1" ]] && echo "$BIN/$1" || echo "$BIN/bench/$1"; }
-spec=$(find_bin bench_spec)
+spec=${SPEC_BIN:-$(find_bin bench_spec)}  # SPEC_BIN: another bench_spec (e.g. base_bench_spec)
 decode=$(find_bin bench_decode)
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
           --section SchedulerStats --section MemoryWorkloadAnalysis)
