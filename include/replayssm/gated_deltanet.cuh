@@ -101,10 +101,11 @@ struct gdn_params {
   /// (sm_90+), streams the state and reads its result (rows that commit keep the fused path).
   /// Null (the default): one fused kernel. Ignored by every other launch and by pipelined
   /// policies (PipelineStages >= 2). When to set it (H200, README "Performance"): at batch
-  /// 256, K = 16 the fp32 window's step is 323 us with it, 359 without (Hv64; the fused kernel
-  /// as measured on 808ff01, unchanged since), and 16- and 8-bit serving states gain more; at
-  /// K = 8 the two were about even (330 / 323 us); below `split_min_batch` rows the launch
-  /// ignores it (the fused kernel measured faster at batch 1 and 8).
+  /// 256, K = 16 the fp32 window's step is 322 us with it (Hv64, 188aafe), 359 without (the
+  /// fused kernel as last measured, on 808ff01, before the scaled fold of its commit rows), and
+  /// 16- and 8-bit serving states gain more; at K = 8 the split step was slower (808ff01: 345
+  /// vs 323 us; 330 with it on 188aafe); below `split_min_batch` rows the launch ignores it (the
+  /// fused kernel measured faster at batch 1 and 8).
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against
   /// @ref workspace_elems of its batch and refuses a smaller one (bad_shape), so a workspace

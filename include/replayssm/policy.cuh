@@ -104,6 +104,16 @@ using fp32_fp8 = pair<__nv_fp8_e4m3>;   ///< fp32 master + fp8 e4m3 copy with ro
 using fp32_int8 = pair<int8_t>;         ///< fp32 master + int8 copy with row scales
 }  // namespace precision
 
+namespace detail {
+/// The types a checkpoint or a serving copy can be stored in: fp32, bf16, fp16, and the 8-bit
+/// codes with row scales (fp8 e4m3, int8).
+template <class S>
+constexpr bool is_state_storage =
+    std::is_same<S, float>::value || std::is_same<S, __nv_bfloat16>::value ||
+    std::is_same<S, __half>::value || std::is_same<S, __nv_fp8_e4m3>::value ||
+    std::is_same<S, int8_t>::value;
+}  // namespace detail
+
 /// @brief The policy: everything ReplaySSM fixes at compile time, in one type.
 ///
 /// @tparam Rule the recurrence (`rules::mamba2<...>` or `rules::gated_deltanet<...>`).
@@ -151,11 +161,7 @@ struct replay_policy {
   static constexpr bool has_serving_copy = Precision::has_serving_copy;  ///< a pair
   static constexpr bool scaled_copy = Precision::scaled_copy;    ///< an 8-bit copy with scales
   static constexpr bool scaled_state = Precision::scaled_state;  ///< an 8-bit checkpoint
-  static_assert(std::is_same<master_type, float>::value ||
-                    std::is_same<master_type, __nv_bfloat16>::value ||
-                    std::is_same<master_type, __half>::value ||
-                    std::is_same<master_type, __nv_fp8_e4m3>::value ||
-                    std::is_same<master_type, int8_t>::value,
+  static_assert(detail::is_state_storage<master_type>,
                 "replay_policy: checkpoints are fp32, bf16, fp16, fp8 e4m3 or int8 "
                 "(precision::fp32, bf16, fp16, fp8, int8, or a pair: fp32_bf16, fp32_fp16, "
                 "fp32_fp8, fp32_int8).");

@@ -102,7 +102,7 @@ struct gdn_agent {
     alignas(16) float o[VT];
     alignas(16) float kh[VT];
     alignas(16) float u[VT];
-    // (fold's contract_cols alternates two halves; the eager step keeps its one)
+    // (the scaled fold's contract_cols alternates two halves of it)
     alignas(16) float scratch[(scaled_fold ? 2 : 1) * tile_t::scratch_floats];
     float qscale[NQ];
     uint32_t path[NQ];  // verify: the drafts on each draft's path (bit k: draft k)

@@ -65,10 +65,7 @@ struct gdn_stream_supported {
   static constexpr bool value =
       rule::layout == state_layout::kv && rule::head_k_dim == 128 && rule::head_v_dim == 128 &&
       Policy::tile == rule::head_v_dim && Policy::block_threads == 128 &&
-      Policy::commit_interval <= 32 && Policy::pipeline_stages < 2 &&
-      (std::is_same<S, float>::value || std::is_same<S, __nv_bfloat16>::value ||
-       std::is_same<S, __half>::value || std::is_same<S, __nv_fp8_e4m3>::value ||
-       std::is_same<S, int8_t>::value);
+      Policy::commit_interval <= 32 && Policy::pipeline_stages < 2 && is_state_storage<S>;
 };
 
 /// The decode grid of the split replay step for stream-supported policies: one work item per

@@ -70,10 +70,7 @@ struct mamba2_stream_supported {
       rule::dstate == 128 && Policy::tile == rule::headdim && warps % heads_per_block == 0 &&
       warps_per_head * 32 >= rule::dstate && rule::headdim % warps_per_head == 0 && R >= 2 &&
       R <= 32 && (R & (R - 1)) == 0 && (R * int(sizeof(T))) % 16 == 0 && R % rows_per_load == 0 &&
-      Policy::commit_interval <= 32 && Policy::pipeline_stages < 2 &&
-      (std::is_same<S, float>::value || std::is_same<S, __nv_bfloat16>::value ||
-       std::is_same<S, __half>::value || std::is_same<S, __nv_fp8_e4m3>::value ||
-       std::is_same<S, int8_t>::value);
+      Policy::commit_interval <= 32 && Policy::pipeline_stages < 2 && is_state_storage<S>;
 };
 
 /// The decode grid of the split replay step for stream-supported policies: one work item per
