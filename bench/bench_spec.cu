@@ -44,6 +44,8 @@ enum class kind { eager_round, replay_round, verify_nofold, verify_fold };
 template <int Tn, class Setup>
 void run_round(benchmark::State& state, Setup& s, kind what) {
   const bool replay = what != kind::eager_round;
+  const bool with_accept = what == kind::replay_round;  // verify, then accept
+  const bool verify_only = replay && !with_accept;    // verify alone, cursors reset
   spec_counts counts(s.batch, Tn);
   dev_array<float> intermediate(replay ? 0 : size_t(s.batch) * Tn * s.state_elems());
   const state_pool_ref inter{intermediate.ptr, int64_t(s.state_elems()),
@@ -60,19 +62,18 @@ void run_round(benchmark::State& state, Setup& s, kind what) {
   auto round = [&](int i) {
     auto p = s.params(0);  // one slot set: the pool is >= 1 GiB at batch 256
     p.spec = counts.round(i);
-    if (what == kind::verify_nofold || what == kind::verify_fold) {
+    if (replay) {
       RBENCH_CHECK(verify_step<Tn>(p, stream));
-    } else if (replay) {
-      RBENCH_CHECK(verify_step<Tn>(p, stream));
-      RBENCH_CHECK(cudaEventRecord(mid, stream));
-      RBENCH_CHECK(accept(p, stream));
+      if (with_accept) {
+        RBENCH_CHECK(cudaEventRecord(mid, stream));
+        RBENCH_CHECK(accept(p, stream));
+      }
     } else {
       RBENCH_CHECK(eager_draft_step<Tn>(p, inter, stream));
     }
   };
   for (int w = 0; w < 2 * K; ++w) round(w);  // warm-up into the steady state of the cursors
   RBENCH_CHECK(cudaStreamSynchronize(stream));
-  const bool verify_only = what == kind::verify_nofold || what == kind::verify_fold;
   const int n_fixed = what == kind::verify_fold ? K : K - 1;
   for (auto _ : state) {
     if (verify_only) {  // every row at n_fixed buffered steps (a fold leaves a marker: reset)
@@ -83,14 +84,14 @@ void run_round(benchmark::State& state, Setup& s, kind what) {
     timer.begin();
     round(it++);
     state.SetIterationTime(timer.end());
-    if (replay && !verify_only) {
+    if (with_accept) {
       float ms = 0;
       RBENCH_CHECK(cudaEventElapsedTime(&ms, timer.start, mid));
       verify_s += ms * 1e-3;
     }
   }
   RBENCH_CHECK(cudaEventDestroy(mid));
-  if (replay && !verify_only) state.counters["verify_us"] = 1e6 * verify_s / double(state.iterations());
+  if (with_accept) state.counters["verify_us"] = 1e6 * verify_s / double(state.iterations());
   // Bytes per row per round.
   const double S = s.state_bytes(), bs = s.step_buffer_bytes(), io = s.io_bytes();
   double bytes;
