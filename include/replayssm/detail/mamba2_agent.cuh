@@ -104,31 +104,34 @@ struct mamba2_agent {
     run_item(*this, p, b, h, t, other);
   }
 
-  /// s.w[d][j] = (B_j . C_d) dt_j for d < nd, j < m where on(d, j) holds (else 0): F pairs per
-  /// warp at a time, each lane summing its columns of all F, then one transposing reduction
-  /// (F - 1 + log2(32 / F) shuffles for F dot products instead of 5 F). Call from all threads.
-  template <int F, class On>
+  /// s.w[d][j] = (B_j . C_d) dt_j for d < nd, j < m where on(d, j) holds (else 0): one thread
+  /// per dot product, four partial sums of N / 4 float4 products each. Thread (d, j) starts at
+  /// float4 column j mod (N / 4), so the 16-byte shared loads of a warp's threads (consecutive
+  /// j) fall in different banks. One integer division per dot; the warp-per-dot form (a
+  /// transposing reduction per four dots, a division per dot and lane) ran ~230 instructions per
+  /// four dots, a third of the T = 4 verification's instructions at 15 buffered steps (v15).
+  /// Call from all threads; ends without a barrier.
+  template <class On>
   REPLAYSSM_DEVICE void replay_dots(int nd, int m, On on) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int total = nd * m;
-    for (int p0 = warp * F; p0 < total; p0 += (NT / 32) * F) {
-      float acc[F];
-#pragma unroll
-      for (int i = 0; i < F; ++i) {
-        const int p = p0 + i, d = p / m, j = p % m;
-        float a = 0.f;
-        if (p < total && on(d, j))
-          for (int c = lane * 4; c < N; c += 128) {
-            const float4 x = *reinterpret_cast<const float4*>(&s.B[j][c]);
-            const float4 y = *reinterpret_cast<const float4*>(&s.C[d][c]);
-            a = fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, fmaf(x.w, y.w, a))));
-          }
-        acc[i] = a;
+    constexpr int Q = N / 4;  // float4 columns of a B or C row
+    for (int i = threadIdx.x; i < nd * m; i += NT) {
+      const int d = i / m, j = i - d * m;
+      float w = 0.f;
+      if (on(d, j)) {
+        const float4* bj = reinterpret_cast<const float4*>(s.B[j]);
+        const float4* cd = reinterpret_cast<const float4*>(s.C[d]);
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        int c = j % Q;
+#pragma unroll 8
+        for (int q = 0; q < Q; ++q) {
+          const float4 x = bj[c], y = cd[c];
+          a = make_float4(fmaf(x.x, y.x, a.x), fmaf(x.y, y.y, a.y), fmaf(x.z, y.z, a.z),
+                          fmaf(x.w, y.w, a.w));
+          c = c + 1 == Q ? 0 : c + 1;
+        }
+        w = ((a.x + a.y) + (a.z + a.w)) * s.dt[j];
       }
-      using sum = transpose_sum<F, 32>;
-      sum::run(acc);
-      const int p = p0 + sum::index(lane);
-      if (sum::leader(lane) && p < total) s.w[p / m][p % m] = acc[0] * s.dt[p % m];
+      s.w[d][j] = w;
     }
   }
 
@@ -390,7 +393,7 @@ struct mamba2_agent {
     const int m = base + nd;
     const int warp = threadIdx.x >> 5;
     auto on = [&](int d, int j) { return j < base || ((s.path[d] >> (j - base)) & 1u); };
-    replay_dots<4>(nd, m, on);                // w[d][j] = (B_j . C_d) dt_j on draft d's path
+    replay_dots(nd, m, on);                   // w[d][j] = (B_j . C_d) dt_j on draft d's path
     tile.contract_many(s.C, s.y, nd);         // its barrier also publishes w
     for (int d = warp; d < nd; d += NT / 32)  // w[d][j] *= exp(sum_{i > j on the path} A dt_i)
       decay_weights(
