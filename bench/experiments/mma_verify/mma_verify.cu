@@ -187,14 +187,14 @@ __device__ __forceinline__ void mma_tf32(float (&acc)[4], const uint32_t (&a)[4]
 
 /// Loads a warp's MT m-tiles of state rows (row 0 at `rows`, stride kDState floats) into the
 /// fragment layout st[mt][rh][e] (8 x 16-byte streaming loads per row half).
-template <int MT>
+template <int MT, int RH = 2>
 __device__ __forceinline__ void load_state_frag(const float* __restrict__ rows,
-                                                float (&st)[MT][2][kRowVals], int lane) {
+                                                float (&st)[MT][RH][kRowVals], int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int rh = 0; rh < 2; ++rh) {
+    for (int rh = 0; rh < RH; ++rh) {
       const float* row = rows + (mt * 16 + frag_row(g, rh)) * kDState;
 #pragma unroll
       for (int q = 0; q < kRowVals / 4; ++q) {
@@ -209,19 +209,19 @@ __device__ __forceinline__ void load_state_frag(const float* __restrict__ rows,
 
 /// G_d[p] = state[p, :] . C_d for the warp's rows, written to gs[d][row0 + p_local].
 /// cs: the 4 drafts' C as fp32 in shared memory (row stride kCStride).
-template <dot_mode Mode, int MT>
-__device__ __forceinline__ void warp_dots(const float (&st)[MT][2][kRowVals],
+template <dot_mode Mode, int MT, int RH = 2>
+__device__ __forceinline__ void warp_dots(const float (&st)[MT][RH][kRowVals],
                                           const float (*cs)[kCStride], float (*gs)[kHeadDim],
                                           int row0, int lane) {
   const int g = lane >> 2, t = lane & 3;
   if constexpr (Mode == dot_mode::fma) {
     // Each lane: partial dots over its 32 values of each row, then a sum over the 4 lanes of the
     // group (t = 0..3 together cover n = 0..127).
-    float part[MT][2][kDrafts];
+    float part[MT][RH][kDrafts];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int rh = 0; rh < 2; ++rh)
+      for (int rh = 0; rh < RH; ++rh)
 #pragma unroll
         for (int d = 0; d < kDrafts; ++d) part[mt][rh][d] = 0.f;
 #pragma unroll
@@ -232,7 +232,7 @@ __device__ __forceinline__ void warp_dots(const float (&st)[MT][2][kRowVals],
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int rh = 0; rh < 2; ++rh) {
+          for (int rh = 0; rh < RH; ++rh) {
             float v = part[mt][rh][d];
             v = fmaf(st[mt][rh][4 * q + 0], c.x, v);
             v = fmaf(st[mt][rh][4 * q + 1], c.y, v);
@@ -244,7 +244,7 @@ __device__ __forceinline__ void warp_dots(const float (&st)[MT][2][kRowVals],
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int rh = 0; rh < 2; ++rh) {
+      for (int rh = 0; rh < RH; ++rh) {
         float mine = 0.f;
 #pragma unroll
         for (int d = 0; d < kDrafts; ++d) {
@@ -256,6 +256,7 @@ __device__ __forceinline__ void warp_dots(const float (&st)[MT][2][kRowVals],
         gs[t][row0 + mt * 16 + frag_row(g, rh)] = mine;
       }
   } else {
+    static_assert(RH == 2, "the mma modes use both row halves of an m-tile");
     float acc[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -348,12 +349,15 @@ __global__ void __launch_bounds__(128) bc_kernel(bc_params prm) {
 
 /// Kernel 2: outputs of the 4 drafts of one (row, head). Warps = 2 or 4.
 template <dot_mode Mode, int Warps>
-__global__ void __launch_bounds__(Warps * 32) verify_kernel(verify_params prm) {
+__device__ __forceinline__ void verify_body(const verify_params& prm) {
   constexpr int kThreads = Warps * 32;
-  constexpr int kRowsPerWarp = kHeadDim / Warps;  // 32 or 16
-  constexpr int MT = kRowsPerWarp / 16;           // m-tiles per warp
-  constexpr int kDraftsPerThread = kDrafts * kHeadDim / kThreads;  // output phase: 4 or 2
-  static_assert(kRowsPerWarp % 16 == 0 && kDraftsPerThread >= 1, "warps must be 2 or 4");
+  constexpr int kRowsPerWarp = kHeadDim / Warps;  // 32, 16 or 8
+  // m-tiles per warp and row halves per lane: 8 warps (v15, FMA only) hold one row per lane
+  constexpr int MT = kRowsPerWarp >= 16 ? kRowsPerWarp / 16 : 1;
+  constexpr int RH = kRowsPerWarp >= 16 ? 2 : 1;
+  constexpr int kDraftsPerThread = kDrafts * kHeadDim / kThreads;  // output phase: 4, 2 or 1
+  static_assert((kRowsPerWarp % 16 == 0 || kRowsPerWarp == 8) && kDraftsPerThread >= 1,
+                "warps must be 2, 4 or 8");
 
   const int h = blockIdx.x, b = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -367,8 +371,8 @@ __global__ void __launch_bounds__(Warps * 32) verify_kernel(verify_params prm) {
   // 1. Request the whole state tile of this warp (the 1 GiB stream) first.
   const int64_t slot = prm.slot_idx[b];
   const float* tile = prm.state + (slot * kHeads + h) * int64_t(kHeadDim * kDState);
-  float st[MT][2][kRowVals];
-  load_state_frag<MT>(tile + warp * kRowsPerWarp * kDState, st, lane);
+  float st[MT][RH][kRowVals];
+  load_state_frag<MT, RH>(tile + warp * kRowsPerWarp * kDState, st, lane);
 
   // 2. This thread's outputs: p = tid % 64, drafts d0 .. d0 + kDraftsPerThread - 1. Request x.
   const int op = threadIdx.x % kHeadDim;
@@ -423,7 +427,7 @@ __global__ void __launch_bounds__(Warps * 32) verify_kernel(verify_params prm) {
   __syncthreads();
 
   // 5. G_d[p] for the warp's rows.
-  warp_dots<Mode, MT>(st, cs, gs, warp * kRowsPerWarp, lane);
+  warp_dots<Mode, MT, RH>(st, cs, gs, warp * kRowsPerWarp, lane);
   __syncthreads();
 
   // 6. y_d[p] = decay_d G_d[p] + sum_s w[d][s] x_s[p]  (fp32 FMAs, steps in order).
@@ -435,6 +439,16 @@ __global__ void __launch_bounds__(Warps * 32) verify_kernel(verify_params prm) {
     for (int s = 0; s < kSteps; ++s) y = fmaf(ws[d][s], xs[s], y);
     __stcs(prm.out + ((int64_t(b) * kDrafts + d) * kHeads + h) * kHeadDim + op, y);
   }
+}
+
+template <dot_mode Mode, int Warps>
+__global__ void __launch_bounds__(Warps * 32) verify_kernel(verify_params prm) {
+  verify_body<Mode, Warps>(prm);
+}
+/// v15: the same at 4 blocks per SM (the library's 64-register bound at 256 threads).
+template <dot_mode Mode, int Warps>
+__global__ void __launch_bounds__(Warps * 32, 4) verify_kernel_b4(verify_params prm) {
+  verify_body<Mode, Warps>(prm);
 }
 
 /// Read floor: reads every (row, head) state tile of the batch once (same grid and addressing as
@@ -858,6 +872,10 @@ template <dot_mode M, int W>
 static void launch_verify(const verify_params& p) {
   verify_kernel<M, W><<<dim3(kHeads, p.batch), W * 32>>>(p);
 }
+template <dot_mode M, int W>
+static void launch_verify_b4(const verify_params& p) {
+  verify_kernel_b4<M, W><<<dim3(kHeads, p.batch), W * 32>>>(p);
+}
 
 /// Runs the fragment-layout probe on the GPU for every mode; returns false on a mismatch.
 static bool gpu_probe() {
@@ -1060,6 +1078,8 @@ static int run_gpu(int batch) {
       {"2xTF32", 2, launch_verify<dot_mode::tf32x2, 2>}, {"2xTF32", 4, launch_verify<dot_mode::tf32x2, 4>},
       {"1xTF32", 2, launch_verify<dot_mode::tf32x1, 2>}, {"1xTF32", 4, launch_verify<dot_mode::tf32x1, 4>},
       {"FMA", 2, launch_verify<dot_mode::fma, 2>},       {"FMA", 4, launch_verify<dot_mode::fma, 4>},
+      {"FMA", 8, launch_verify<dot_mode::fma, 8>},  // v15: the library's block size, one row per lane
+      {"FMA/64r", 8, launch_verify_b4<dot_mode::fma, 8>},  // v15: and its 64-register bound
   };
   struct result { double t_both, t_k2, max_rel, max_abs, max_head; bool finite; };
   std::vector<result> results;
