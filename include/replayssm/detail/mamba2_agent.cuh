@@ -187,7 +187,9 @@ struct mamba2_agent {
   /// (B_j . C) x_j[r] for the threads r < TR (D and z not applied). Call from all threads.
   REPLAYSSM_DEVICE void replay_rows(const tile_t& tile, int m, float A) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int j = warp; j < m; j += NT / 32) {  // (replay_dots spills here at 64 registers)
+    // A warp per dot (the warp-per-four-dots replay_dots of before v15 spilled here at 64
+    // registers; its per-thread form, replay_dots(1, m, ...), is not measured in decode yet).
+    for (int j = warp; j < m; j += NT / 32) {
       float d = 0.f;
       for (int c = lane; c < N; c += 32) d = fmaf(s.B[j][c], s.C[0][c], d);
       d = warp_sum(d);
