@@ -92,29 +92,43 @@ struct mamba2_params {
   scale_pool_ref state_scale;
   /// Scales per head of an 8-bit copy: one per row of P.
   static constexpr int serving_scales_per_head = Policy::rule::headdim;
-  /// Optional, decode_step only: fp32 scratch of @ref workspace_elems floats,
+  /// Optional, decode_step (and verify_step, below): fp32 scratch of @ref workspace_elems floats,
   /// `[batch][nheads][BufferLen + 1]` (each head's replay weights, then its decay), 4-byte
   /// aligned, not shared with a concurrent launch. When set, decode_step runs a replay
   /// (non-commit) row as two kernels: a small one per batch row computes the weights, then the
   /// decode grid, launched with programmatic dependent launch (sm_90+), streams the state and
   /// reads them (rows that commit keep the fused path). Null (the default): one fused kernel.
+  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, DState 128,
+  /// Tile == HeadDim == 64, BlockThreads 128, no pipeline) and the launch does not branch
+  /// (`branch.ckpt_of` null): a kernel per (row, group) computes the drafts' B . C dot products
+  /// (@ref verify_workspace_elems floats, `[batch][ngroups][MaxDraft][BufferLen]`), then a
+  /// readout grid of 128-thread blocks, launched with programmatic dependent launch, writes the
+  /// outputs (rows that fold a window keep the fused path). H200, batch 256, T = 4: 403 us against
+  /// the 256-thread fused verification's 516 (README "Speculative decoding").
   /// Ignored by every other launch and by pipelined policies (PipelineStages >= 2).
   /// When it pays (H200, README "Performance"): from batch 64 up, most for 16- and 8-bit
   /// serving states; below `split_min_batch` rows the launch ignores it (the fused kernel
   /// measured faster at batch 1 and 8).
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against
-  /// @ref workspace_elems of its batch and refuses a smaller one (bad_shape), so a workspace
-  /// sized for fewer rows is never overrun.
+  /// @ref workspace_elems of its batch (verify_step: @ref verify_workspace_elems) and refuses a
+  /// smaller one (bad_shape), so a workspace sized for fewer rows is never overrun.
   int64_t workspace_size = 0;
   /// decode_step runs the split step only when the launch has at least this many batch rows
   /// (and a workspace); below it the workspace is ignored and the fused kernel runs, which
   /// measured faster at batch 1 and 8 on every model shape (H200, README "Performance"). 0: the
-  /// split step at every batch (the tests use it to cover small batches).
+  /// split step at every batch (the tests use it to cover small batches). verify_step's split
+  /// verification applies the same bound (unmeasured there).
   int split_min_batch = 32;
   /// Floats `workspace` needs for `batch` rows of `nheads` heads.
   static constexpr int64_t workspace_elems(int64_t batch, int nheads) {
     return batch * nheads * (Policy::buffer_len + 1);
+  }
+  /// Floats `workspace` needs for verify_step<max_draft> of `batch` rows of `ngroups` groups
+  /// (the split verification, see `workspace`): a launch that uses it checks `workspace_size`
+  /// against this and refuses a smaller one (bad_shape).
+  static constexpr int64_t verify_workspace_elems(int64_t batch, int ngroups, int max_draft) {
+    return batch * ngroups * max_draft * Policy::buffer_len;
   }
 };
 

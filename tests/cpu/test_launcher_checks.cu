@@ -252,6 +252,30 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(mentions(r, "48 KiB"));
     CHECK(mamba2_params<m2pol>::workspace_elems(512, 128) == 512LL * 128 * 17);
   }
+  SECTION("the split verification checks its workspace") {
+    // 128 threads, Tile == HeadDim, fp32: verify_step uses the workspace (mamba2_verify.cuh).
+    using vpol = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32, 64, 128>;
+    static_assert(detail::mamba2_verify_split_supported<vpol>::value, "the split verification");
+    static_assert(!detail::mamba2_verify_split_supported<m2pol>::value, "256 threads: fused");
+    CHECK(mamba2_params<vpol>::verify_workspace_elems(512, 8, 4) == 512LL * 8 * 4 * 23);
+    auto p = valid_mamba2<vpol>();
+    p.spec.num_draft = fake_i;
+    p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
+    p.workspace_size = p.verify_workspace_elems(p.rows.batch, p.ngroups, 4);
+    result r = verify_step<4>(p, nullptr);
+    INFO(r.message);
+    CHECK(r.code == status::misaligned_pointer);
+    CHECK(mentions(r, "workspace"));
+    p.workspace = fake_f;
+    p.workspace_size = p.verify_workspace_elems(p.rows.batch, p.ngroups, 4) - 1;  // one short
+    r = verify_step<4>(p, nullptr);
+    INFO(r.message);
+    CHECK(r.code == status::bad_shape);
+    CHECK(mentions(r, "verify_workspace_elems"));
+    p.rows.batch = 0;  // an empty batch: a successful no-op (enough for no rows)
+    p.workspace_size = 0;
+    CHECK(verify_step<4>(p, nullptr).ok());
+  }
 }
 
 TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu][checks][gdn]",

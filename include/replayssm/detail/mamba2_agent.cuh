@@ -34,7 +34,9 @@ struct mamba2_agent {
   /// Resident blocks per SM the registers must allow (0: no bound). The replay kernels are
   /// latency-bound chains, the more blocks the more state bytes in flight: 64 registers per
   /// thread. The eager step measured faster with its own allocation (74 registers, 3 blocks).
-  static constexpr int min_blocks_per_sm = (Op == op::eager || NT > 256) ? 0 : 65536 / (64 * NT);
+  static constexpr int min_blocks_per_sm = (Op == op::eager || NT > 256) ? 0
+                                           : (Op == op::verify && NT == 128) ? 4
+                                                                             : 65536 / (64 * NT);
   // Steps staged in shared memory at once: the buffered steps (up to L), plus the current one
   // for decode (a window left full by accept folds with it).
   static constexpr int S = (Op == op::eager)         ? 1

@@ -4,6 +4,7 @@
 #include <replayssm/detail/kernels.cuh>
 #include <replayssm/detail/mamba2_agent.cuh>
 #include <replayssm/detail/mamba2_stream.cuh>
+#include <replayssm/detail/mamba2_verify.cuh>
 #include <replayssm/detail/validate.cuh>
 
 namespace replayssm {
@@ -169,6 +170,22 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
       return fail(status::null_pointer, "mamba2: fork needs branch.ckpt_of and branch.fork_src");
     if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
       return launch_mamba2_items<mamba2_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
+  }
+  if constexpr (Op == op::verify && mamba2_verify_split_supported<Policy>::value) {
+    // The split verification (mamba2_verify.cuh): not branching here (branches returned above).
+    if (p.workspace != nullptr) {
+      if (auto r = check_workspace(
+              p.workspace, p.workspace_size,
+              p.verify_workspace_elems(p.rows.batch, p.ngroups, MaxDraft),
+              "mamba2: workspace must be 4-byte aligned",
+              "mamba2: workspace_size is smaller than verify_workspace_elems(batch, ngroups, "
+              "MaxDraft) floats, which verify_step needs for this policy (set workspace_size to "
+              "the floats allocated at workspace, or pass no workspace)");
+          !r)
+        return r;
+      if (p.rows.batch >= p.split_min_batch)
+        return launch_mamba2_verify_split<Policy, MaxDraft>(p, stream);
+    }
   }
   if constexpr (Op != op::fork)
     return launch_mamba2_items<mamba2_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);

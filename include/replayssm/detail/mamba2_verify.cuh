@@ -1,0 +1,364 @@
+// The split verification of Mamba-2 (verify_step with `params.workspace`, for the policies
+// `mamba2_verify_split_supported` accepts; every other verification keeps the fused
+// mamba2_agent path unchanged).
+//
+// Why (bench/NOTES.md v15, Next -11): the standalone prototype of this structure
+// (bench/experiments/mma_verify, FMA form, 4 warps) ran the Mamba-2 T = 4 verification of batch
+// 256, H 128, 15 buffered steps in 367 us against the fused kernel's 516; the same kernel at 8
+// warps per block was 439-558 us. The earlier split verifications (split_verify*.patch) lost
+// because their readout kept 256-512-thread blocks and staged B per block. Measured (v16, H200,
+// bench_spec rows spec/mamba2/H128_G8_t128_ws, batch 256, 15 buffered steps): T = 2 / 4 / 8
+// 340 / 403 / 725 us against the fused 256-thread kernel's 428 / 516 / 945. (Its first form
+// held each thread's x column in registers, 15 scalar loads that ptxas serialized under the
+// 128-register bound: 501 / 658 / 744 us.)
+//
+// Two grids, the second launched with programmatic dependent launch (sm_90+):
+// 1. mamba2_verify_coef_kernel, one block per (group g, batch row b): for a row that does not
+//    fold (n < K buffered steps), the dot products
+//      dots[b][g][d][j] = B_j . C_d   for d < nd and the steps j < n + nd on draft d's path
+//    (the buffered steps j < n always, draft k at n + k iff bit k of draft_path(d)), 0 elsewhere,
+//    with exactly the fused replay_dots' arithmetic; and the drafts' B rows appended to the
+//    buffer (once per (row, group), where the fused path appends them from a group's first head).
+//    Workspace layout: `[batch][ngroups][MaxDraft][BufferLen]` floats.
+// 2. mamba2_verify_readout_kernel, one block of 128 threads per (head h, batch row b), at 4
+//    blocks per SM: a folding row (n >= K) runs the fused agent's process_verify unchanged (its
+//    own cursor read, fold, arrival and appends; the coefficient kernel skipped the row). A
+//    non-folding row holds its whole 64 x 128 fp32 state tile in registers, warp w rows 16 w ..
+//    16 w + 15, lane (gi, t) = (lane >> 2, lane & 3) rows 16 w + gi and 16 w + gi + 8, of each
+//    the 32 values at columns 16 i + 4 t + {0..3} (one 16-byte streaming load per (row, i)),
+//    requested first; then the buffered and the drafts' x rows, the drafts' C, dt and the path
+//    masks, all staged in shared memory as fp32 (requested together: one memory latency); G_d[p] = h[p, :] . C_d by FMAs over the
+//    lane's values and two xor shuffles; pdl_wait; the dots from the workspace turn into the
+//    weights and decays of mamba2_agent::decay_weights (the fused path's function); then
+//      y_d[p] = decay_d G_d[p] + sum_{j on d's path} w[d][j] x_j[p] + D x_{n+d}[p],
+//    y *= silu(z) when z is set. The drafts' x and dt are appended as process_verify appends
+//    them; the cursor does not move (as in the fused path).
+// The buffer ends up exactly as the fused verification leaves it; the outputs differ from the
+// fused path's by fp32 rounding only (the contraction's summation order).
+//
+// Races: the coefficient grid reads every listed row's cursor and triggers only after that read
+// passed a block barrier, so the readout blocks that fold (and set their row's cursor at the
+// end) start after every cursor read. The coefficient grid touches folding rows not at all; it
+// writes buffer.B only at the drafts' positions of non-folding rows, which the readout grid
+// does not read; the readout reads the workspace only after pdl_wait.
+#pragma once
+
+#include <replayssm/detail/mamba2_agent.cuh>
+#include <replayssm/detail/validate.cuh>
+#include <type_traits>
+
+namespace replayssm {
+namespace detail {
+
+/// Whether `verify_step` of `Policy` runs the split verification when `params.workspace` is set
+/// (and the launch does not branch): an fp32 checkpoint (precision::fp32: no serving copy, no
+/// scales), dstate 128, one tile per head (`Tile == HeadDim`), 128 threads per block whose four
+/// warps take 16 rows of headdim each (so headdim 64), one item per block.
+template <class Policy>
+struct mamba2_verify_split_supported {
+  using rule = typename Policy::rule;
+  static constexpr bool value =
+      std::is_same<typename Policy::master_type, float>::value && !Policy::has_serving_copy &&
+      !Policy::scaled_state && rule::dstate == 128 && Policy::tile == rule::headdim &&
+      rule::headdim % 16 == 0 && Policy::block_threads == 128 &&
+      rule::headdim == 16 * (Policy::block_threads / 32) && Policy::pipeline_stages < 2;
+};
+
+/// Threads of a coefficient block (one block per (group, batch row)).
+constexpr int mamba2_verify_coef_threads = 128;
+
+/// The coefficient grid of the split verification (see the file comment): grid (ngroups, batch).
+template <class Policy, int MaxDraft>
+struct mamba2_verify_coef {
+  using T = typename Policy::input_type;
+  using params_t = mamba2_params<Policy>;
+  static constexpr int N = Policy::rule::dstate;
+  static constexpr int L = Policy::buffer_len;
+  static constexpr int K = Policy::commit_interval;
+  static constexpr int NT = mamba2_verify_coef_threads;
+  static constexpr int NB = K > 1 ? K - 1 : 1;  // buffered steps of a row that does not fold
+  static_assert(MaxDraft >= 1 && MaxDraft <= 32 && MaxDraft <= NT,
+                "mamba2 split verification: MaxDraft must be 1..32.");
+  static_assert(N % 4 == 0, "mamba2 split verification: dstate must be a multiple of 4.");
+
+  struct shared_storage {
+    alignas(16) float B[L][N];         // the buffered steps' B, then the drafts'
+    alignas(16) float C[MaxDraft][N];  // the drafts' C
+    uint32_t path[MaxDraft];           // the drafts on each draft's path (bit k: draft k)
+    int n, nd;
+  };
+  static_assert(sizeof(shared_storage) <= 48 * 1024,
+                "mamba2 split verification: the coefficient block stages BufferLen + MaxDraft "
+                "rows of dstate floats, over 48 KiB; lower BufferLen.");
+
+  /// Row b, group g. Call from all threads.
+  static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int g) {
+    const int64_t slot = p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
+    if (slot == p.rows.null_slot) return;  // (exit = implicit trigger)
+    if (threadIdx.x == 0) {                // n and nd exactly as process_verify reads them
+      const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+      int nd = p.spec.num_draft[b];
+      nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+      if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here
+      s.n = n;
+      s.nd = nd;
+    }
+    __syncthreads();
+    const int n = s.n, nd = s.nd;
+    // A folding row: the readout grid's fused path does it all (its blocks set the cursor at the
+    // end, which is why every cursor read of this grid precedes its trigger).
+    if (n >= K) return;
+    pdl_trigger();
+    const int G = p.ngroups;
+    const int64_t r0 = int64_t(b) * MaxDraft;
+    // All rows requested at once: the buffered B (16-byte aligned, validated), the drafts' B and C.
+    staged_rows<NB, N, NT, T> Bq;
+    strided_rows<MaxDraft, N, NT, T> Bd, Cd;
+    Bq.load(p.buffer.B + (slot * L * G + g) * int64_t(N), int64_t(G) * N, n);
+    Bd.load(p.in.B + r0 * p.in.B_batch_stride + g * p.in.B_group_stride, p.in.B_batch_stride, nd);
+    Cd.load(p.in.C + r0 * p.in.C_batch_stride + g * p.in.C_group_stride, p.in.C_batch_stride, nd);
+    if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
+    Bq.store(s.B, n);
+    Bd.store(s.B + n, nd);
+    Cd.store(s.C, nd);
+    __syncthreads();
+    // dots[d][j]: one thread per dot, the arithmetic of mamba2_agent::replay_dots (four partial
+    // sums, thread (d, j) starting at float4 column j mod (N / 4)), so the dots are bit-identical
+    // to the fused path's. Every entry of the row's [MaxDraft][L] block is written (0 off the
+    // paths).
+    constexpr int Q = N / 4;
+    const int m = n + nd;
+    float* ws = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L);
+    for (int i = threadIdx.x; i < MaxDraft * L; i += NT) {
+      const int d = i / L, j = i - d * L;
+      float w = 0.f;
+      if (d < nd && j < m && (j < n || ((s.path[d] >> (j - n)) & 1u))) {
+        const float4* bj = reinterpret_cast<const float4*>(s.B[j]);
+        const float4* cd = reinterpret_cast<const float4*>(s.C[d]);
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        int c = j % Q;
+#pragma unroll 8
+        for (int q = 0; q < Q; ++q) {
+          const float4 x = bj[c], y = cd[c];
+          a = make_float4(fmaf(x.x, y.x, a.x), fmaf(x.y, y.y, a.y), fmaf(x.z, y.z, a.z),
+                          fmaf(x.w, y.w, a.w));
+          c = c + 1 == Q ? 0 : c + 1;
+        }
+        w = (a.x + a.y) + (a.z + a.w);
+      }
+      ws[i] = w;
+    }
+    // The drafts' B rows appended after the buffered steps, exactly as given (the conversion
+    // back is exact), once per (row, group); the readout grid appends x and dt.
+    for (int i = threadIdx.x; i < nd * N; i += NT)
+      p.buffer.B[((slot * L + n + i / N) * G + g) * N + i % N] =
+          from_float<T>(s.B[n + i / N][i % N]);
+  }
+};
+
+template <class Policy, int MaxDraft>
+REPLAYSSM_KERNEL void __launch_bounds__(mamba2_verify_coef_threads)
+    mamba2_verify_coef_kernel(const mamba2_params<Policy> p) {
+  using coef = mamba2_verify_coef<Policy, MaxDraft>;
+  __shared__ typename coef::shared_storage smem;
+  coef::run(smem, p, int(blockIdx.y), int(blockIdx.x));
+}
+
+/// The readout grid of the split verification (see the file comment): grid (nheads, batch),
+/// 128 threads per block.
+template <class Policy, int MaxDraft>
+struct mamba2_verify_readout {
+  using fused = mamba2_agent<Policy, op::verify, MaxDraft>;  ///< folding rows, and the helpers
+  using T = typename Policy::input_type;
+  using params_t = mamba2_params<Policy>;
+  using shared_storage = typename fused::shared_storage;
+  static constexpr int P = Policy::rule::headdim;
+  static constexpr int N = Policy::rule::dstate;
+  static constexpr int L = Policy::buffer_len;
+  static constexpr int K = Policy::commit_interval;
+  static constexpr int NT = Policy::block_threads;
+  static constexpr int NB = K > 1 ? K - 1 : 1;  // buffered steps of a row that does not fold
+  static constexpr int OPT = NT / P;            // threads per output row p (drafts split over)
+  static constexpr int DPT = (MaxDraft + OPT - 1) / OPT;  // drafts (outputs) per thread
+  static constexpr int V = N / 16;                        // 16-byte loads per state row and lane
+  static_assert(mamba2_verify_split_supported<Policy>::value,
+                "mamba2_verify_readout: policy not supported (see mamba2_verify_split_supported)");
+  static_assert(NT % P == 0, "mamba2_verify_readout: BlockThreads must be a multiple of headdim");
+  static_assert(fused::tiles_per_head == 1, "mamba2_verify_readout: one tile per head");
+
+  /// Block (b, h). Call from all threads.
+  static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int h) {
+    const int64_t slot = fused::slot_of(p, b);
+    if (slot == p.rows.null_slot) return;
+    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
+    if (n >= K) {  // a window to fold: the fused path, unchanged (it reads the cursor again)
+      fused{s}.run(p, b, h, 0, state_pool_ref{});
+      return;
+    }
+    readout(s, p, b, h, slot, n);
+  }
+
+  /// A non-folding row's outputs (see the file comment). Call from all threads.
+  static REPLAYSSM_DEVICE void readout(shared_storage& s, const params_t& p, int b, int h,
+                                       int64_t slot, int n) {
+    const int H = p.nheads, G = p.ngroups;
+    const int g = h / (H / G);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int gi = lane >> 2, t = lane & 3;
+    // 1. The state tile: rows 16 warp + gi (h0) and + 8 (h1), columns 16 i + 4 t + {0..3}.
+    float4 h0[V], h1[V];
+    {
+      const float* row = fused::tile_ptr(p.state, slot, h, 0) +
+                         int64_t(16 * warp + gi) * p.state.row_stride + 4 * t;
+      const float* row8 = row + 8 * p.state.row_stride;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
+        h1[i] = __ldcs(reinterpret_cast<const float4*>(row8 + 16 * i));
+      }
+    }
+    // 2. The buffered x rows j < n (16-byte loads) and the drafts' x, C and dt, all requested
+    // before any is used (one memory latency), staged into shared memory as fp32: x_j in s.x[j],
+    // draft d's x in s.x[n + d] (the fused path's positions), C_d in s.C[d]. Per-thread register
+    // columns of x made ptxas serialize the loads (v16: 15 dependent latencies per thread).
+    int nd = p.spec.num_draft[b];
+    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    if (nd > L - n) nd = L - n;  // (never for n < K: L >= K - 1 + 2 MaxDraft)
+    const int r = threadIdx.x % P;
+    const int d0 = threadIdx.x / P;  // this thread's drafts: d0, d0 + OPT, ...
+    const int64_t r0 = int64_t(b) * MaxDraft;
+    {
+      staged_rows<NB, P, NT, T> xq;
+      xq.load(p.buffer.x + (slot * L * H + h) * int64_t(P), int64_t(H) * P, n);
+      strided_rows<MaxDraft, P, NT, T> xd;
+      xd.load(p.in.x + r0 * p.in.x_batch_stride + h * p.in.x_head_stride, p.in.x_batch_stride, nd);
+      strided_rows<MaxDraft, N, NT, T> Cd;
+      Cd.load(p.in.C + r0 * p.in.C_batch_stride + g * p.in.C_group_stride, p.in.C_batch_stride, nd);
+      float dtq = 0.f, dtd = 0.f;
+      if (int(threadIdx.x) < n) dtq = p.buffer.dt[(slot * L + threadIdx.x) * H + h];
+      if (int(threadIdx.x) < nd)
+        dtd =
+            to_float(p.in.dt[(r0 + threadIdx.x) * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
+      xq.store(s.x, n);
+      xd.store(s.x + n, nd);
+      Cd.store(s.C, nd);
+      if (int(threadIdx.x) < n) s.dt[threadIdx.x] = dtq;
+      if (int(threadIdx.x) < nd) {
+        s.dt[n + threadIdx.x] = mamba2_step_dt(p, dtd, h);
+        s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
+      }
+    }
+    const float A = p.weights.A[h];
+    __syncthreads();
+    // 4. G_d[p] = h[p, :] . C_d into s.y[d][p]: the lane's 32 values of each row, then the sum
+    // over the 4 lanes t of its group (which together hold the row's 128 columns).
+    for (int d = 0; d < nd; ++d) {
+      const float* c = s.C[d] + 4 * t;
+      float a0 = 0.f, a1 = 0.f, e0 = 0.f, e1 = 0.f;  // (two chains per row)
+#pragma unroll
+      for (int i = 0; i < V; i += 2) {
+        const float4 c0 = *reinterpret_cast<const float4*>(c + 16 * i);
+        const float4 c1 = *reinterpret_cast<const float4*>(c + 16 * (i + 1));
+        a0 = fmaf(h0[i].x, c0.x, fmaf(h0[i].y, c0.y, fmaf(h0[i].z, c0.z, fmaf(h0[i].w, c0.w, a0))));
+        a1 = fmaf(h1[i].x, c0.x, fmaf(h1[i].y, c0.y, fmaf(h1[i].z, c0.z, fmaf(h1[i].w, c0.w, a1))));
+        e0 = fmaf(h0[i + 1].x, c1.x,
+                  fmaf(h0[i + 1].y, c1.y, fmaf(h0[i + 1].z, c1.z, fmaf(h0[i + 1].w, c1.w, e0))));
+        e1 = fmaf(h1[i + 1].x, c1.x,
+                  fmaf(h1[i + 1].y, c1.y, fmaf(h1[i + 1].z, c1.z, fmaf(h1[i + 1].w, c1.w, e1))));
+      }
+      float v0 = a0 + e0, v1 = a1 + e1;
+      v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+      v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+      v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+      v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+      if (t == 0) s.y[d][16 * warp + gi] = v0;
+      if (t == 1) s.y[d][16 * warp + gi + 8] = v1;
+    }
+    // 5. The gate rows and D, requested before the wait (the state registers are free now).
+    float zr[DPT];
+#pragma unroll
+    for (int k = 0; k < DPT; ++k) {
+      const int d = d0 + k * OPT;
+      zr[k] = (p.in.z && d < nd)
+                  ? to_float(p.in.z[(r0 + d) * p.in.z_batch_stride + h * p.in.z_head_stride + r])
+                  : 0.f;
+    }
+    const float D = p.weights.D ? p.weights.D[h] : 0.f;
+    // 6. The weights: w[d][j] = dots[d][j] dt_j exp(sum of A dt over the later steps on d's
+    // path), decay_d = exp(sum of A dt over d's path), one warp per draft (decay_weights).
+    pdl_wait();  // the coefficient grid has completed and its writes are visible
+    const int m = n + nd;
+    const float* ws = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L);
+    fused agent{s};
+    for (int d = warp; d < nd; d += NT / 32) {
+      const float* wd = ws + d * L;
+      auto on = [&](int j) { return j < n || ((s.path[d] >> (j - n)) & 1u); };
+      // Off-path steps: exactly 0 as replay_dots leaves them (not 0 * dt, NaN for a sibling's
+      // non-finite dt).
+      agent.decay_weights(d, m, A, on, [&](int j) { return on(j) ? wd[j] * s.dt[j] : 0.f; });
+    }
+    __syncthreads();
+    // 7. The outputs of this thread's drafts at row r (steps in the fused order: the buffered
+    // ones, then the drafts; off-path weights are exactly 0), and their x appended.
+#pragma unroll
+    for (int k = 0; k < DPT; ++k) {
+      const int d = d0 + k * OPT;
+      if (d < nd) {
+        float y = s.decay[d] * s.y[d][r];
+        const float* w = s.w[d];
+        for (int j = 0; j < m; ++j) y = fmaf(w[j], s.x[j][r], y);
+        const float x_own = s.x[n + d][r];  // x of draft d (the skip term and the append)
+        if (p.weights.D) y = fmaf(D, x_own, y);
+        if (p.in.z) y *= silu(zr[k]);
+        p.in.out[(r0 + d) * p.in.out_batch_stride + h * p.in.out_head_stride + r] =
+            from_float<T>(y);
+        p.buffer.x[((slot * L + n + d) * H + h) * int64_t(P) + r] = from_float<T>(x_own);
+      }
+    }
+    if (int(threadIdx.x) < nd)
+      p.buffer.dt[(slot * L + n + threadIdx.x) * H + h] = s.dt[n + threadIdx.x];
+  }
+};
+
+template <class Policy, int MaxDraft>
+REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads, 4)
+    mamba2_verify_readout_kernel(const mamba2_params<Policy> p) {
+  using readout = mamba2_verify_readout<Policy, MaxDraft>;
+  static_assert(sizeof(typename readout::shared_storage) <= 48 * 1024,
+                "ReplaySSM: the verification block's staging exceeds 48 KiB of static shared "
+                "memory; lower BufferLen or MaxDraft.");
+  __shared__ typename readout::shared_storage smem;
+  readout::run(smem, p, int(blockIdx.y), int(blockIdx.x));
+}
+
+/// The split verification for validated params (workspace checked): the coefficient grid, then
+/// the readout grid with programmatic stream serialization (its blocks may start, and request
+/// their state, once every coefficient block has read its cursor and triggered). Two stream
+/// launches, no synchronisation, no allocation: capturable in a CUDA graph.
+template <class Policy, int MaxDraft>
+result launch_mamba2_verify_split(const mamba2_params<Policy>& p, cudaStream_t stream) {
+  if (p.rows.batch == 0) return ok();
+  mamba2_verify_coef_kernel<Policy, MaxDraft><<<dim3(unsigned(p.ngroups), unsigned(p.rows.batch)),
+                                                mamba2_verify_coef_threads, 0, stream>>>(p);
+  if (auto r = check_launch(); !r) return r;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(p.nheads), unsigned(p.rows.batch));
+  cfg.blockDim = dim3(Policy::block_threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, mamba2_verify_readout_kernel<Policy, MaxDraft>, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
+    return fail(status::cuda_error,
+                "the split verification's readout launch failed (cudaLaunchKernelEx with "
+                "programmatic stream serialization)");
+  }
+  return check_launch();
+}
+
+}  // namespace detail
+}  // namespace replayssm
