@@ -17,17 +17,8 @@ using rbench::T;
 
 constexpr int K = 16;
 // The smallest buffer verify_step<Tn> accepts: a full window of accepted steps plus a draft.
-#ifndef RBENCH_SPEC_M2_THREADS  // block size of the Mamba-2 policy (its rule's default: 256)
-#define RBENCH_SPEC_M2_THREADS 256
-#endif
 template <int Tn>
-using m2pol = replay_policy<rules::mamba2<64, 128, T>, K - 1 + 2 * Tn, K, precision::fp32, 64,
-                            RBENCH_SPEC_M2_THREADS>;
-// The split verification (verify_step with a workspace, mamba2_verify.cuh) needs 128 threads per
-// block (fp32 checkpoint, Tile == HeadDim): its rows, beside the same policy's fused rows.
-template <int Tn>
-using m2pol128 =
-    replay_policy<rules::mamba2<64, 128, T>, K - 1 + 2 * Tn, K, precision::fp32, 64, 128>;
+using m2pol = replay_policy<rules::mamba2<64, 128, T>, K - 1 + 2 * Tn, K>;
 template <int Tn>
 using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, K - 1 + 2 * Tn, K>;
 
@@ -56,7 +47,7 @@ template <int Tn, class Setup>
 void run_round(benchmark::State& state, Setup& s, kind what, bool ws = false) {
   const bool replay = what != kind::eager_round;
   const bool with_accept = what == kind::replay_round;  // verify, then accept
-  const bool verify_only = replay && !with_accept;    // verify alone, cursors reset
+  const bool verify_only = replay && !with_accept;      // verify alone, cursors reset
   spec_counts counts(s.batch, Tn);
   dev_array<float> intermediate(replay ? 0 : size_t(s.batch) * Tn * s.state_elems());
   const state_pool_ref inter{intermediate.ptr, int64_t(s.state_elems()),
@@ -137,12 +128,12 @@ void bm_mamba2(benchmark::State& state) {
                                                           256, 8);
   run_round<Tn>(state, s, kind(state.range(2)));
 }
-/// The 128-thread policy: the fused verification (ws 0) or the split one (ws 1).
+/// verify_step with a workspace: the split verification (mamba2_verify.cuh).
 template <int Tn>
-void bm_mamba2_128(benchmark::State& state) {
-  auto& s = cached_setup<rbench::mamba2_setup<m2pol128<Tn>>>(int(state.range(0)),
-                                                             int(state.range(1)), 256, 8);
-  run_round<Tn>(state, s, kind(state.range(2)), state.range(3) != 0);
+void bm_mamba2_ws(benchmark::State& state) {
+  auto& s = cached_setup<rbench::mamba2_setup<m2pol<Tn>>>(int(state.range(0)), int(state.range(1)),
+                                                          256, 8);
+  run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 template <int Tn>
 void bm_gdn(benchmark::State& state) {
@@ -163,15 +154,12 @@ void register_rounds() {
         ->ArgNames({"H", "G", "replay"})
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
-    if (replay != 0)  // 128 threads, fused then split (the eager round is the same)
-      for (int ws : {0, 1})
-        benchmark::RegisterBenchmark(
-            ("spec/mamba2/H128_G8_t128" + std::string(ws ? "_ws" : "") + t + label).c_str(),
-            bm_mamba2_128<Tn>)
-            ->Args({128, 8, replay, ws})
-            ->ArgNames({"H", "G", "replay", "ws"})
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond);
+    if (replay != 0)  // the split verification (the eager round is the same)
+      benchmark::RegisterBenchmark(("spec/mamba2/H128_G8_ws" + t + label).c_str(), bm_mamba2_ws<Tn>)
+          ->Args({128, 8, replay})
+          ->ArgNames({"H", "G", "replay"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
     for (int hv : {64, 32})
       benchmark::RegisterBenchmark(
           ("spec/gdn/Hv" + std::to_string(hv) + "_Hk16" + t + label).c_str(), bm_gdn<Tn>)

@@ -253,10 +253,18 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     CHECK(mamba2_params<m2pol>::workspace_elems(512, 128) == 512LL * 128 * 17);
   }
   SECTION("the split verification checks its workspace") {
-    // 128 threads, Tile == HeadDim, fp32: verify_step uses the workspace (mamba2_verify.cuh).
-    using vpol = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32, 64, 128>;
-    static_assert(detail::mamba2_verify_split_supported<vpol>::value, "the split verification");
-    static_assert(!detail::mamba2_verify_split_supported<m2pol>::value, "256 threads: fused");
+    // fp32, headdim 64, dstate 128, Tile == HeadDim (the defaults): verify_step uses the
+    // workspace (mamba2_verify.cuh), whatever BlockThreads.
+    using vpol = replay_policy<rules::mamba2<64, 128, float>, 23, 16>;
+    using vpol128 = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32, 64, 128>;
+    using vpair = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32_bf16>;
+    using vtiles = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32, 32>;
+    static_assert(detail::mamba2_verify_split_supported<vpol>::value &&
+                      detail::mamba2_verify_split_supported<vpol128>::value,
+                  "the split verification");
+    static_assert(!detail::mamba2_verify_split_supported<vpair>::value &&
+                      !detail::mamba2_verify_split_supported<vtiles>::value,
+                  "pairs and several tiles per head: fused");
     CHECK(mamba2_params<vpol>::verify_workspace_elems(512, 8, 4) == 512LL * 8 * 4 * 23);
     auto p = valid_mamba2<vpol>();
     p.spec.num_draft = fake_i;

@@ -34,9 +34,7 @@ struct mamba2_agent {
   /// Resident blocks per SM the registers must allow (0: no bound). The replay kernels are
   /// latency-bound chains, the more blocks the more state bytes in flight: 64 registers per
   /// thread. The eager step measured faster with its own allocation (74 registers, 3 blocks).
-  static constexpr int min_blocks_per_sm = (Op == op::eager || NT > 256) ? 0
-                                           : (Op == op::verify && NT == 128) ? 4
-                                                                             : 65536 / (64 * NT);
+  static constexpr int min_blocks_per_sm = (Op == op::eager || NT > 256) ? 0 : 65536 / (64 * NT);
   // Steps staged in shared memory at once: the buffered steps (up to L), plus the current one
   // for decode (a window left full by accept folds with it).
   static constexpr int S = (Op == op::eager)         ? 1
@@ -174,6 +172,12 @@ struct mamba2_agent {
   /// place (s.x[0..m) holds c_j x_j afterwards). Call from all threads once the steps are
   /// staged; it passes one block barrier.
   REPLAYSSM_DEVICE void fold_window(tile_t& tile, int m, float A) {
+    tile.rank_k(scale_window(m, A), s.B, s.x, m);
+  }
+  /// fold_window's coefficients: the first TR threads scale their x column of the first m staged
+  /// steps by c_j in place; returns exp(A sum_j dt_j). Call from all threads; it passes one
+  /// block barrier (the split verification's fold uses it with its own tile layout).
+  REPLAYSSM_DEVICE float scale_window(int m, float A) {
     float later = 0.f;  // A * (sum of dt_i over the steps i > j)
     for (int j = m - 1; j >= 0; --j) {
       const float dt = s.dt[j];
@@ -181,7 +185,7 @@ struct mamba2_agent {
       later = fmaf(A, dt, later);
     }
     __syncthreads();
-    tile.rank_k(expf(later), s.B, s.x, m);
+    return expf(later);
   }
 
   /// Replay output of the first m staged steps against the state tile, for the step whose C
@@ -348,7 +352,8 @@ struct mamba2_agent {
   }
 
   /// op::accept and op::fork (row_item): copies buffered step `from` of `from_slot` to step `to`
-  /// of `to_slot`, the whole step (x and dt of every head, B of every group). Call from all threads.
+  /// of `to_slot`, the whole step (x and dt of every head, B of every group). Call from all
+  /// threads.
   static REPLAYSSM_DEVICE void move_row(const params_t& p, int64_t from_slot, int from,
                                         int64_t to_slot, int to) {
     const int64_t H = p.nheads, G = p.ngroups;

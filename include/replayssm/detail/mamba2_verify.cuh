@@ -13,34 +13,38 @@
 // 128-register bound: 501 / 658 / 744 us.)
 //
 // Two grids, the second launched with programmatic dependent launch (sm_90+):
-// 1. mamba2_verify_coef_kernel, one block per (group g, batch row b): for a row that does not
-//    fold (n < K buffered steps), the dot products
-//      dots[b][g][d][j] = B_j . C_d   for d < nd and the steps j < n + nd on draft d's path
-//    (the buffered steps j < n always, draft k at n + k iff bit k of draft_path(d)), 0 elsewhere,
+// 1. mamba2_verify_coef_kernel, one block per (group g, batch row b): the dot products
+//      dots[b][g][d][j] = B_j . C_d   for d < nd and the steps j < base + nd on draft d's path
+//    (the buffered steps j < base always, draft k at base + k iff bit k of draft_path(d)), 0
+//    elsewhere, where base = n for a row with n < K buffered steps and 0 for a row that folds,
 //    with exactly the fused replay_dots' arithmetic; and the drafts' B rows appended to the
 //    buffer (once per (row, group), where the fused path appends them from a group's first head).
 //    Workspace layout: `[batch][ngroups][MaxDraft][BufferLen]` floats.
-// 2. mamba2_verify_readout_kernel, one block of 128 threads per (head h, batch row b), at 4
-//    blocks per SM: a folding row (n >= K) runs the fused agent's process_verify unchanged (its
-//    own cursor read, fold, arrival and appends; the coefficient kernel skipped the row). A
-//    non-folding row holds its whole 64 x 128 fp32 state tile in registers, warp w rows 16 w ..
-//    16 w + 15, lane (gi, t) = (lane >> 2, lane & 3) rows 16 w + gi and 16 w + gi + 8, of each
+// 2. mamba2_verify_readout_kernel, one block of 128 threads per (head h, batch row b) whatever
+//    the policy's BlockThreads, at 4
+//    blocks per SM: the block holds its whole 64 x 128 fp32 state tile in registers, warp w rows 16
+//    w .. 16 w + 15, lane (gi, t) = (lane >> 2, lane & 3) rows 16 w + gi and 16 w + gi + 8, of each
 //    the 32 values at columns 16 i + 4 t + {0..3} (one 16-byte streaming load per (row, i)),
 //    requested first; then the buffered and the drafts' x rows, the drafts' C, dt and the path
-//    masks, all staged in shared memory as fp32 (requested together: one memory latency); G_d[p] = h[p, :] . C_d by FMAs over the
-//    lane's values and two xor shuffles; pdl_wait; the dots from the workspace turn into the
-//    weights and decays of mamba2_agent::decay_weights (the fused path's function); then
+//    masks, all staged in shared memory as fp32 (requested together: one memory latency); a
+//    row that folds (n >= K) stages its window's B and x too, folds it into the registers as
+//    mamba2_agent::fold_window does (h scaled by exp(A sum dt), then one FMA per element and
+//    step, in step order) and stores them as the checkpoint, its drafts then at base 0; G_d[p] =
+//    h[p, :] . C_d by FMAs over the lane's values and two xor shuffles; pdl_wait; the dots from the
+//    workspace turn into the weights and decays of mamba2_agent::decay_weights (the fused path's
+//    function); then
 //      y_d[p] = decay_d G_d[p] + sum_{j on d's path} w[d][j] x_j[p] + D x_{n+d}[p],
 //    y *= silu(z) when z is set. The drafts' x and dt are appended as process_verify appends
-//    them; the cursor does not move (as in the fused path).
+//    them; the cursor does not move, except after a fold: the row's last block sets
+//    folded_cursor(n) (as process_verify).
 // The buffer ends up exactly as the fused verification leaves it; the outputs differ from the
 // fused path's by fp32 rounding only (the contraction's summation order).
 //
 // Races: the coefficient grid reads every listed row's cursor and triggers only after that read
 // passed a block barrier, so the readout blocks that fold (and set their row's cursor at the
-// end) start after every cursor read. The coefficient grid touches folding rows not at all; it
-// writes buffer.B only at the drafts' positions of non-folding rows, which the readout grid
-// does not read; the readout reads the workspace only after pdl_wait.
+// end) start after every cursor read. The coefficient grid writes buffer.B only at the drafts'
+// positions n + d, which neither grid reads; the readout reads the workspace only after
+// pdl_wait.
 #pragma once
 
 #include <replayssm/detail/mamba2_agent.cuh>
@@ -52,20 +56,23 @@ namespace detail {
 
 /// Whether `verify_step` of `Policy` runs the split verification when `params.workspace` is set
 /// (and the launch does not branch): an fp32 checkpoint (precision::fp32: no serving copy, no
-/// scales), dstate 128, one tile per head (`Tile == HeadDim`), 128 threads per block whose four
-/// warps take 16 rows of headdim each (so headdim 64), one item per block.
+/// scales), headdim 64 and dstate 128, one tile per head (`Tile == HeadDim`, the default tile
+/// for headdim 64), no pipeline. The readout runs 128-thread blocks whatever the policy's
+/// BlockThreads (its four warps take 16 rows of headdim each), so the rule's default policy
+/// qualifies.
 template <class Policy>
 struct mamba2_verify_split_supported {
   using rule = typename Policy::rule;
-  static constexpr bool value =
-      std::is_same<typename Policy::master_type, float>::value && !Policy::has_serving_copy &&
-      !Policy::scaled_state && rule::dstate == 128 && Policy::tile == rule::headdim &&
-      rule::headdim % 16 == 0 && Policy::block_threads == 128 &&
-      rule::headdim == 16 * (Policy::block_threads / 32) && Policy::pipeline_stages < 2;
+  static constexpr bool value = std::is_same<typename Policy::master_type, float>::value &&
+                                !Policy::has_serving_copy && !Policy::scaled_state &&
+                                rule::dstate == 128 && rule::headdim == 64 &&
+                                Policy::tile == rule::headdim && Policy::pipeline_stages < 2;
 };
 
 /// Threads of a coefficient block (one block per (group, batch row)).
 constexpr int mamba2_verify_coef_threads = 128;
+/// Threads of a readout block (one block per (head, batch row)): 4 warps of 16 state rows each.
+constexpr int mamba2_verify_readout_threads = 128;
 
 /// The coefficient grid of the split verification (see the file comment): grid (ngroups, batch).
 template <class Policy, int MaxDraft>
@@ -105,21 +112,23 @@ struct mamba2_verify_coef {
     }
     __syncthreads();
     const int n = s.n, nd = s.nd;
-    // A folding row: the readout grid's fused path does it all (its blocks set the cursor at the
-    // end, which is why every cursor read of this grid precedes its trigger).
-    if (n >= K) return;
+    // Every cursor read of this block passed the barrier: the readout grid's folding blocks,
+    // which set their row's cursor at the end, may start.
     pdl_trigger();
+    // A row that folds (n >= K) gets its drafts' dots alone (the readout grid folds the window
+    // first, then reads the drafts against the new checkpoint): its drafts are steps 0..nd-1.
+    const int base = n >= K ? 0 : n;
     const int G = p.ngroups;
     const int64_t r0 = int64_t(b) * MaxDraft;
     // All rows requested at once: the buffered B (16-byte aligned, validated), the drafts' B and C.
     staged_rows<NB, N, NT, T> Bq;
     strided_rows<MaxDraft, N, NT, T> Bd, Cd;
-    Bq.load(p.buffer.B + (slot * L * G + g) * int64_t(N), int64_t(G) * N, n);
+    Bq.load(p.buffer.B + (slot * L * G + g) * int64_t(N), int64_t(G) * N, base);
     Bd.load(p.in.B + r0 * p.in.B_batch_stride + g * p.in.B_group_stride, p.in.B_batch_stride, nd);
     Cd.load(p.in.C + r0 * p.in.C_batch_stride + g * p.in.C_group_stride, p.in.C_batch_stride, nd);
     if (int(threadIdx.x) < nd) s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
-    Bq.store(s.B, n);
-    Bd.store(s.B + n, nd);
+    Bq.store(s.B, base);
+    Bd.store(s.B + base, nd);
     Cd.store(s.C, nd);
     __syncthreads();
     // dots[d][j]: one thread per dot, the arithmetic of mamba2_agent::replay_dots (four partial
@@ -127,12 +136,12 @@ struct mamba2_verify_coef {
     // to the fused path's. Every entry of the row's [MaxDraft][L] block is written (0 off the
     // paths).
     constexpr int Q = N / 4;
-    const int m = n + nd;
+    const int m = base + nd;
     float* ws = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L);
     for (int i = threadIdx.x; i < MaxDraft * L; i += NT) {
       const int d = i / L, j = i - d * L;
       float w = 0.f;
-      if (d < nd && j < m && (j < n || ((s.path[d] >> (j - n)) & 1u))) {
+      if (d < nd && j < m && (j < base || ((s.path[d] >> (j - base)) & 1u))) {
         const float4* bj = reinterpret_cast<const float4*>(s.B[j]);
         const float4* cd = reinterpret_cast<const float4*>(s.C[d]);
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -148,11 +157,11 @@ struct mamba2_verify_coef {
       }
       ws[i] = w;
     }
-    // The drafts' B rows appended after the buffered steps, exactly as given (the conversion
-    // back is exact), once per (row, group); the readout grid appends x and dt.
+    // The drafts' B rows appended after the buffered (or folded) steps, exactly as given (the
+    // conversion back is exact), once per (row, group); the readout grid appends x and dt.
     for (int i = threadIdx.x; i < nd * N; i += NT)
       p.buffer.B[((slot * L + n + i / N) * G + g) * N + i % N] =
-          from_float<T>(s.B[n + i / N][i % N]);
+          from_float<T>(s.B[base + i / N][i % N]);
   }
 };
 
@@ -176,60 +185,60 @@ struct mamba2_verify_readout {
   static constexpr int N = Policy::rule::dstate;
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
-  static constexpr int NT = Policy::block_threads;
+  static constexpr int NT = mamba2_verify_readout_threads;
   static constexpr int NB = K > 1 ? K - 1 : 1;  // buffered steps of a row that does not fold
   static constexpr int OPT = NT / P;            // threads per output row p (drafts split over)
   static constexpr int DPT = (MaxDraft + OPT - 1) / OPT;  // drafts (outputs) per thread
   static constexpr int V = N / 16;                        // 16-byte loads per state row and lane
   static_assert(mamba2_verify_split_supported<Policy>::value,
                 "mamba2_verify_readout: policy not supported (see mamba2_verify_split_supported)");
-  static_assert(NT % P == 0, "mamba2_verify_readout: BlockThreads must be a multiple of headdim");
+  static_assert(NT % P == 0 && P == 16 * (NT / 32), "mamba2_verify_readout: 16 rows per warp");
   static_assert(fused::tiles_per_head == 1, "mamba2_verify_readout: one tile per head");
 
   /// Block (b, h). Call from all threads.
   static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int h) {
     const int64_t slot = fused::slot_of(p, b);
     if (slot == p.rows.null_slot) return;
-    const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
-    if (n >= K) {  // a window to fold: the fused path, unchanged (it reads the cursor again)
-      fused{s}.run(p, b, h, 0, state_pool_ref{});
-      return;
-    }
-    readout(s, p, b, h, slot, n);
+    readout(s, p, b, h, slot, buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]));
   }
 
-  /// A non-folding row's outputs (see the file comment). Call from all threads.
+  /// Row b's outputs at head h, folding its window first when n >= K (see the file comment).
+  /// Call from all threads.
   static REPLAYSSM_DEVICE void readout(shared_storage& s, const params_t& p, int b, int h,
                                        int64_t slot, int n) {
     const int H = p.nheads, G = p.ngroups;
     const int g = h / (H / G);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gi = lane >> 2, t = lane & 3;
+    const bool fold = n >= K;
     // 1. The state tile: rows 16 warp + gi (h0) and + 8 (h1), columns 16 i + 4 t + {0..3}.
+    float* const row =
+        fused::tile_ptr(p.state, slot, h, 0) + int64_t(16 * warp + gi) * p.state.row_stride + 4 * t;
+    float* const row8 = row + 8 * p.state.row_stride;
     float4 h0[V], h1[V];
-    {
-      const float* row = fused::tile_ptr(p.state, slot, h, 0) +
-                         int64_t(16 * warp + gi) * p.state.row_stride + 4 * t;
-      const float* row8 = row + 8 * p.state.row_stride;
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
-        h1[i] = __ldcs(reinterpret_cast<const float4*>(row8 + 16 * i));
-      }
+    for (int i = 0; i < V; ++i) {
+      h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
+      h1[i] = __ldcs(reinterpret_cast<const float4*>(row8 + 16 * i));
     }
-    // 2. The buffered x rows j < n (16-byte loads) and the drafts' x, C and dt, all requested
-    // before any is used (one memory latency), staged into shared memory as fp32: x_j in s.x[j],
-    // draft d's x in s.x[n + d] (the fused path's positions), C_d in s.C[d]. Per-thread register
-    // columns of x made ptxas serialize the loads (v16: 15 dependent latencies per thread).
+    // 2. The buffered x rows j < n (16-byte loads; with their B rows when the row folds) and the
+    // drafts' x, C and dt, all requested before any is used (one memory latency), staged into
+    // shared memory as fp32: x_j in s.x[j], draft d's x in s.x[n + d] (where process_verify
+    // appends it), C_d in s.C[d], B_j in s.B[j]. (Per-thread register columns of x made ptxas
+    // serialize the loads under the 128-register bound: v16.)
     int nd = p.spec.num_draft[b];
     nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
-    if (nd > L - n) nd = L - n;  // (never for n < K: L >= K - 1 + 2 MaxDraft)
+    if (nd > L - n) nd = L - n;     // only a corrupt cursor gets here: stay inside the buffer
+    const int base = fold ? 0 : n;  // the drafts' first step index in the weights
     const int r = threadIdx.x % P;
     const int d0 = threadIdx.x / P;  // this thread's drafts: d0, d0 + OPT, ...
     const int64_t r0 = int64_t(b) * MaxDraft;
+    const float A = p.weights.A[h];
+    float dt_own = 0.f;  // thread d < nd: draft d's dt after bias and softplus
     {
-      staged_rows<NB, P, NT, T> xq;
-      xq.load(p.buffer.x + (slot * L * H + h) * int64_t(P), int64_t(H) * P, n);
+      const T* xsrc = p.buffer.x + (slot * L * H + h) * int64_t(P);
+      staged_rows<NB, P, NT, T> xq;  // a row that does not fold: its buffered x, first
+      if (!fold) xq.load(xsrc, int64_t(H) * P, n);
       strided_rows<MaxDraft, P, NT, T> xd;
       xd.load(p.in.x + r0 * p.in.x_batch_stride + h * p.in.x_head_stride, p.in.x_batch_stride, nd);
       strided_rows<MaxDraft, N, NT, T> Cd;
@@ -239,17 +248,53 @@ struct mamba2_verify_readout {
       if (int(threadIdx.x) < nd)
         dtd =
             to_float(p.in.dt[(r0 + threadIdx.x) * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
-      xq.store(s.x, n);
+      if (fold) {  // the window's B and x (only the rows that fold wait for these)
+        stage_rows<L, N, NT>(s.B, p.buffer.B + (slot * L * G + g) * int64_t(N), int64_t(G) * N, n);
+        stage_rows<L, P, NT>(s.x, xsrc, int64_t(H) * P, n);
+      } else {
+        xq.store(s.x, n);
+      }
       xd.store(s.x + n, nd);
       Cd.store(s.C, nd);
       if (int(threadIdx.x) < n) s.dt[threadIdx.x] = dtq;
       if (int(threadIdx.x) < nd) {
-        s.dt[n + threadIdx.x] = mamba2_step_dt(p, dtd, h);
+        dt_own = mamba2_step_dt(p, dtd, h);
         s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
+        if (!fold) s.dt[n + threadIdx.x] = dt_own;
       }
     }
-    const float A = p.weights.A[h];
     __syncthreads();
+    fused agent{s};
+    if (fold) {
+      // 3. The window folded into the tile, as fold_window does it (h scaled by exp(A sum dt),
+      // then one FMA per element and step, steps in order), written back as the checkpoint;
+      // the drafts' dt then take positions 0..nd-1 (decay_weights reads s.dt[j]).
+      const float a = agent.scale_window(n, A);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        h0[i] = make_float4(a * h0[i].x, a * h0[i].y, a * h0[i].z, a * h0[i].w);
+        h1[i] = make_float4(a * h1[i].x, a * h1[i].y, a * h1[i].z, a * h1[i].w);
+      }
+#pragma unroll 1
+      for (int j = 0; j < n; ++j) {
+        const float x0 = s.x[j][16 * warp + gi], x1 = s.x[j][16 * warp + gi + 8];
+        const float* bj = s.B[j] + 4 * t;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const float4 bv = *reinterpret_cast<const float4*>(bj + 16 * i);
+          h0[i] = fma4(x0, bv, h0[i]);
+          h1[i] = fma4(x1, bv, h1[i]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        *reinterpret_cast<float4*>(row + 16 * i) = h0[i];
+        *reinterpret_cast<float4*>(row8 + 16 * i) = h1[i];
+      }
+      __syncthreads();  // every s.dt[j < n] read (scale_window)
+      if (int(threadIdx.x) < nd) s.dt[threadIdx.x] = dt_own;
+      __syncthreads();
+    }
     // 4. G_d[p] = h[p, :] . C_d into s.y[d][p]: the lane's 32 values of each row, then the sum
     // over the 4 lanes t of its group (which together hold the row's 128 columns).
     for (int d = 0; d < nd; ++d) {
@@ -285,28 +330,29 @@ struct mamba2_verify_readout {
     }
     const float D = p.weights.D ? p.weights.D[h] : 0.f;
     // 6. The weights: w[d][j] = dots[d][j] dt_j exp(sum of A dt over the later steps on d's
-    // path), decay_d = exp(sum of A dt over d's path), one warp per draft (decay_weights).
+    // path), decay_d = exp(sum of A dt over d's path), one warp per draft (decay_weights). Steps
+    // j < base are the buffered ones (none after a fold), then the drafts.
     pdl_wait();  // the coefficient grid has completed and its writes are visible
-    const int m = n + nd;
+    const int m = base + nd;
     const float* ws = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L);
-    fused agent{s};
     for (int d = warp; d < nd; d += NT / 32) {
       const float* wd = ws + d * L;
-      auto on = [&](int j) { return j < n || ((s.path[d] >> (j - n)) & 1u); };
+      auto on = [&](int j) { return j < base || ((s.path[d] >> (j - base)) & 1u); };
       // Off-path steps: exactly 0 as replay_dots leaves them (not 0 * dt, NaN for a sibling's
       // non-finite dt).
       agent.decay_weights(d, m, A, on, [&](int j) { return on(j) ? wd[j] * s.dt[j] : 0.f; });
     }
     __syncthreads();
-    // 7. The outputs of this thread's drafts at row r (steps in the fused order: the buffered
-    // ones, then the drafts; off-path weights are exactly 0), and their x appended.
+    // 7. The outputs of this thread's drafts at row r (the fused order: the buffered steps, then
+    // the drafts; off-path weights are exactly 0), and their x appended.
+    const float(*xs)[P] = s.x + (n - base);  // step j's x: the drafts sit at n + d
 #pragma unroll
     for (int k = 0; k < DPT; ++k) {
       const int d = d0 + k * OPT;
       if (d < nd) {
         float y = s.decay[d] * s.y[d][r];
         const float* w = s.w[d];
-        for (int j = 0; j < m; ++j) y = fmaf(w[j], s.x[j][r], y);
+        for (int j = 0; j < m; ++j) y = fmaf(w[j], xs[j][r], y);
         const float x_own = s.x[n + d][r];  // x of draft d (the skip term and the append)
         if (p.weights.D) y = fmaf(D, x_own, y);
         if (p.in.z) y *= silu(zr[k]);
@@ -315,13 +361,17 @@ struct mamba2_verify_readout {
         p.buffer.x[((slot * L + n + d) * H + h) * int64_t(P) + r] = from_float<T>(x_own);
       }
     }
-    if (int(threadIdx.x) < nd)
-      p.buffer.dt[(slot * L + n + threadIdx.x) * H + h] = s.dt[n + threadIdx.x];
+    if (int(threadIdx.x) < nd) p.buffer.dt[(slot * L + n + threadIdx.x) * H + h] = dt_own;
+    // A fold: the row's last block to arrive sets the folded cursor (after every block of the
+    // row, and of the coefficient grid, read the old one).
+    if (fold)
+      arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot, uint32_t(H),
+                            folded_cursor(n));
   }
 };
 
 template <class Policy, int MaxDraft>
-REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads, 4)
+REPLAYSSM_KERNEL void __launch_bounds__(mamba2_verify_readout_threads, 4)
     mamba2_verify_readout_kernel(const mamba2_params<Policy> p) {
   using readout = mamba2_verify_readout<Policy, MaxDraft>;
   static_assert(sizeof(typename readout::shared_storage) <= 48 * 1024,
@@ -343,7 +393,7 @@ result launch_mamba2_verify_split(const mamba2_params<Policy>& p, cudaStream_t s
   if (auto r = check_launch(); !r) return r;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.nheads), unsigned(p.rows.batch));
-  cfg.blockDim = dim3(Policy::block_threads);
+  cfg.blockDim = dim3(mamba2_verify_readout_threads);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1] = {};
