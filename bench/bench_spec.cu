@@ -139,7 +139,25 @@ template <int Tn>
 void bm_gdn(benchmark::State& state) {
   auto& s =
       cached_setup<rbench::gdn_setup<gdnpol<Tn>>>(int(state.range(0)), int(state.range(1)), 256, 8);
+  // run_round passes no workspace (ws false): the fused verification, as before.
   run_round<Tn>(state, s, kind(state.range(2)));
+}
+/// The same rounds with the split verification (gdn_verify.cuh): every launch gets the setup's
+/// workspace (run_round's ws), grown to verify_workspace_elems floats (accept ignores it).
+template <int Tn>
+void bm_gdn_ws(benchmark::State& state) {
+  using P = gdnpol<Tn>;
+  static_assert(replayssm::detail::gdn_verify_split_supported<P>::value,
+                "the _ws rows measure the split verification");
+  auto& s = cached_setup<rbench::gdn_setup<P>>(int(state.range(0)), int(state.range(1)), 256, 8);
+  const size_t need = size_t(gdn_params<P>::verify_workspace_elems(s.batch, s.H, Tn));
+  if (s.ws.n < need) {  // (still enough for decode_step: verify needs more)
+    RBENCH_CHECK(cudaFree(s.ws.ptr));
+    s.ws.ptr = nullptr;
+    RBENCH_CHECK(cudaMalloc(&s.ws.ptr, need * sizeof(float)));
+    s.ws.n = need;
+  }
+  run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 
 template <int Tn>
@@ -167,6 +185,14 @@ void register_rounds() {
           ->ArgNames({"Hv", "Hk", "replay"})
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
+    if (replay != 0)  // the split verification beside them (the eager round is the same)
+      for (int hv : {64, 32})
+        benchmark::RegisterBenchmark(
+            ("spec/gdn/Hv" + std::to_string(hv) + "_Hk16_ws" + t + label).c_str(), bm_gdn_ws<Tn>)
+            ->Args({hv, 16, replay})
+            ->ArgNames({"Hv", "Hk", "replay"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
   }
 }
 

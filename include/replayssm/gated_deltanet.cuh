@@ -93,7 +93,7 @@ struct gdn_params {
       Policy::rule::layout == state_layout::kv
           ? (Policy::rule::head_v_dim / Policy::tile) * Policy::rule::head_k_dim
           : Policy::rule::head_v_dim;
-  /// Optional, decode_step only: fp32 scratch of @ref workspace_elems floats,
+  /// Optional, decode_step (and verify_step, below): fp32 scratch of @ref workspace_elems floats,
   /// `[batch][num_v_heads][head_k_dim + BufferLen]` (each value head's swept q, then its
   /// coefficients), 4-byte aligned, not shared with a concurrent launch. When set, decode_step
   /// runs a replay (non-commit) row as two kernels: a small one per (batch row, k head) computes
@@ -106,19 +106,36 @@ struct gdn_params {
   /// 16- and 8-bit serving states gain more; at K = 8 the split step was slower (808ff01: 345
   /// vs 323 us; 330 with it on 188aafe); below `split_min_batch` rows the launch ignores it (the
   /// fused kernel measured faster at batch 1 and 8).
+  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, kv layout,
+  /// head_k_dim == head_v_dim == 128, Tile == head_v_dim, BlockThreads 128, no pipeline,
+  /// BufferLen <= 32) and the launch does not branch (`branch.ckpt_of` null): a kernel per
+  /// (row, value head) runs the drafts' backward sweeps into it (@ref verify_workspace_elems
+  /// floats), then a readout grid, launched with programmatic dependent launch, streams the
+  /// state and writes the outputs (rows that fold a window keep the fused path). A workspace
+  /// smaller than that is refused (bad_shape). H200, batch 256, Hv 64, T = 4: the round 589 us
+  /// against 631 without a workspace (README "Speculative decoding"). The rule's default policy
+  /// qualifies.
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against
-  /// @ref workspace_elems of its batch and refuses a smaller one (bad_shape), so a workspace
-  /// sized for fewer rows is never overrun.
+  /// @ref workspace_elems of its batch (verify_step: @ref verify_workspace_elems) and refuses a
+  /// smaller one (bad_shape), so a workspace sized for fewer rows is never overrun.
   int64_t workspace_size = 0;
   /// decode_step runs the split step only when the launch has at least this many batch rows
   /// (and a workspace); below it the workspace is ignored and the fused kernel runs, which
   /// measured faster at batch 1 and 8 on every model shape (H200, README "Performance"). 0: the
-  /// split step at every batch (the tests use it to cover small batches).
+  /// split step at every batch (the tests use it to cover small batches). verify_step's split
+  /// verification applies the same bound (unmeasured there).
   int split_min_batch = 32;
   /// Floats `workspace` needs for `batch` rows of `num_v_heads` value heads.
   static constexpr int64_t workspace_elems(int64_t batch, int num_v_heads) {
     return batch * num_v_heads * (Policy::rule::head_k_dim + Policy::buffer_len);
+  }
+  /// Floats `workspace` needs for verify_step<max_draft> of `batch` rows of `num_v_heads` value
+  /// heads (the split verification, see `workspace`): `[batch][num_v_heads][max_draft]
+  /// [head_k_dim + BufferLen]` (each draft's swept q, then its coefficients). A launch that uses
+  /// it checks `workspace_size` against this and refuses a smaller one (bad_shape).
+  static constexpr int64_t verify_workspace_elems(int64_t batch, int num_v_heads, int max_draft) {
+    return batch * num_v_heads * max_draft * (Policy::rule::head_k_dim + Policy::buffer_len);
   }
 };
 

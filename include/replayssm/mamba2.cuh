@@ -98,13 +98,14 @@ struct mamba2_params {
   /// (non-commit) row as two kernels: a small one per batch row computes the weights, then the
   /// decode grid, launched with programmatic dependent launch (sm_90+), streams the state and
   /// reads them (rows that commit keep the fused path). Null (the default): one fused kernel.
-  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, DState 128,
-  /// Tile == HeadDim == 64, BlockThreads 128, no pipeline) and the launch does not branch
-  /// (`branch.ckpt_of` null): a kernel per (row, group) computes the drafts' B . C dot products
-  /// (@ref verify_workspace_elems floats, `[batch][ngroups][MaxDraft][BufferLen]`), then a
-  /// readout grid of 128-thread blocks, launched with programmatic dependent launch, writes the
-  /// outputs (rows that fold a window keep the fused path). H200, batch 256, T = 4: 403 us against
-  /// the 256-thread fused verification's 516 (README "Speculative decoding").
+  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, HeadDim 64,
+  /// DState 128, Tile == HeadDim: the rule's defaults; no pipeline) and the launch does not
+  /// branch (`branch.ckpt_of` null): a kernel per (row, group) computes the drafts' B . C dot
+  /// products (@ref verify_workspace_elems floats, `[batch][ngroups][MaxDraft][BufferLen]`), then
+  /// a readout grid of 128-thread blocks, launched with programmatic dependent launch, holds each
+  /// (row, head) state in registers, folds a full window there, and writes the outputs. H200,
+  /// batch 256, T = 4: the round 503 us against 584 without a workspace (README "Speculative
+  /// decoding"). A workspace smaller than verify_workspace_elems is refused (bad_shape).
   /// Ignored by every other launch and by pipelined policies (PipelineStages >= 2).
   /// When it pays (H200, README "Performance"): from batch 64 up, most for 16- and 8-bit
   /// serving states; below `split_min_batch` rows the launch ignores it (the fused kernel

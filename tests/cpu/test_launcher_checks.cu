@@ -329,6 +329,46 @@ TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu]
   }
 }
 
+TEST_CASE("the gated deltanet split verification checks its workspace", "[cpu][checks][gdn]") {
+  // fp32, kv, Tile == head_v_dim == 128, 128 threads: verify_step uses the workspace
+  // (gdn_verify.cuh); the vk layout and 256 threads keep the fused verification.
+  using vpol = replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16>;
+  static_assert(detail::gdn_verify_split_supported<vpol>::value, "the split verification");
+  static_assert(!detail::gdn_verify_split_supported<gvkpol>::value, "vk: fused");
+  static_assert(!detail::gdn_verify_split_supported<
+                    replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16, precision::fp32,
+                                  128, 256>>::value,
+                "256 threads: fused");
+  static_assert(!detail::gdn_verify_split_supported<
+                    replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16,
+                                  precision::fp32_bf16>>::value,
+                "a serving copy: fused");
+  CHECK(gdn_params<vpol>::verify_workspace_elems(512, 64, 4) == 512LL * 64 * 4 * (128 + 23));
+  auto p = valid_gdn<vpol>();
+  p.spec.num_draft = fake_i;
+  p.split_min_batch = 0;
+  p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
+  p.workspace_size = p.verify_workspace_elems(p.rows.batch, p.num_v_heads, 4);
+  result r = verify_step<4>(p, nullptr);
+  INFO(r.message);
+  CHECK(r.code == status::misaligned_pointer);
+  CHECK(mentions(r, "workspace"));
+  p.workspace = fake_f;
+  p.workspace_size = p.verify_workspace_elems(p.rows.batch, p.num_v_heads, 4) - 1;  // one short
+  r = verify_step<4>(p, nullptr);
+  INFO(r.message);
+  CHECK(r.code == status::bad_shape);
+  CHECK(mentions(r, "verify_workspace_elems"));
+  // A decode-sized workspace is not enough for verify_step (it is refused, not ignored).
+  p.workspace_size = p.workspace_elems(p.rows.batch, p.num_v_heads);
+  r = verify_step<4>(p, nullptr);
+  INFO(r.message);
+  CHECK(r.code == status::bad_shape);
+  p.rows.batch = 0;  // an empty batch: a successful no-op (enough for no rows)
+  p.workspace_size = 0;
+  CHECK(verify_step<4>(p, nullptr).ok());
+}
+
 TEST_CASE("status names", "[cpu][checks]") {
   CHECK(std::string(to_string(status::misaligned_pointer)) == "misaligned_pointer");
   CHECK(std::string(to_string(status::success)) == "success");

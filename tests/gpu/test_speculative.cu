@@ -9,6 +9,56 @@ namespace {
 
 using namespace replayssm;
 
+template <class C>
+struct is_gdn_case : std::false_type {};
+template <class P>
+struct is_gdn_case<rtest::gdn_case<P>> : std::true_type {};
+
+/// The split verification (params with a workspace) against the fused one (the same params
+/// without it) from the same outputs, checkpoints, buffers and cursors: everything either writes
+/// must come out byte-identical (gdn_verify.cuh's contract). Leaves the device as the split
+/// verification left it (the workspace NaN-poisoned before it: it must write what it reads).
+template <int MaxDraft, class Case, class Params>
+void require_split_verify_identical(Case& c, const Params& p) {
+  auto snapshot = [&c] {
+    std::vector<std::vector<unsigned char>> h;
+    auto add = [&h](const auto& a) {
+      const auto v = a.download();
+      const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+      h.emplace_back(b, b + a.bytes());
+    };
+    add(c.out_r), add(c.pool_r), add(c.bk), add(c.bks), add(c.bv), add(c.bg), add(c.bbeta);
+    add(c.cursor), add(c.arrivals);
+    return h;
+  };
+  auto restore = [&c](const std::vector<std::vector<unsigned char>>& h) {
+    size_t i = 0;
+    auto put = [&h, &i](auto& a) {
+      RTEST_CUDA(cudaMemcpy(a.ptr, h[i++].data(), a.bytes(), cudaMemcpyHostToDevice));
+    };
+    put(c.out_r), put(c.pool_r), put(c.bk), put(c.bks), put(c.bv), put(c.bg), put(c.bbeta);
+    put(c.cursor), put(c.arrivals);
+  };
+  const auto before = snapshot();
+  auto fused = p;
+  fused.workspace = nullptr;
+  fused.workspace_size = 0;
+  RTEST_OK(verify_step<MaxDraft>(fused, 0));
+  RTEST_CUDA(cudaDeviceSynchronize());
+  const auto want = snapshot();
+  restore(before);
+  c.ws.poison();
+  RTEST_OK(verify_step<MaxDraft>(p, 0));
+  RTEST_CUDA(cudaDeviceSynchronize());
+  const auto got = snapshot();
+  const char* names[] = {"out",      "checkpoints", "buffer.k", "buffer.kscale", "buffer.v",
+                         "buffer.g", "buffer.beta", "cursor",   "arrivals"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("split verification vs fused, " << names[i]);
+    REQUIRE(std::memcmp(want[i].data(), got[i].data(), want[i].size()) == 0);
+  }
+}
+
 /// Tree = false: chains (draft t follows t - 1), accepted = a prefix, and the eager engines' round
 /// runs beside ReplaySSM's. Tree = true: random EAGLE-style trees (parent[d] in [-1, d)), every
 /// node checked against the float64 reference along its path, accepted = the path to a random
@@ -145,6 +195,11 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
       }
       RTEST_CUDA(cudaGraphLaunch(round_graph, graph_stream));
       RTEST_CUDA(cudaStreamSynchronize(graph_stream));
+    } else if constexpr (is_gdn_case<Case>::value) {
+      if (c.use_workspace)  // (the split verification; other policies ignore the workspace)
+        require_split_verify_identical<MaxDraft>(c, p);
+      else
+        RTEST_OK(verify_step<MaxDraft>(p, 0));
     } else {
       RTEST_OK(verify_step<MaxDraft>(p, 0));
     }
@@ -230,6 +285,13 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
 using m2 = replay_policy<rules::mamba2<64, 128, float>, 32, 16>;
 using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 32, 16>;
 using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 17, 8>;
+// The rule's defaults (Tile 128 == head_v_dim, 128 threads, kv) with fp32 checkpoints: with a
+// workspace, verify_step runs the split verification (gdn_verify.cuh: sweep grid, then the
+// readout grid with PDL; rows that fold keep the fused path). `gdn` is one too.
+using gdn_sv_bf16 = replay_policy<rules::gated_deltanet<128, 128, __nv_bfloat16>, 24, 16>;
+static_assert(detail::gdn_verify_split_supported<gdn>::value &&
+                  detail::gdn_verify_split_supported<gdn_sv_bf16>::value,
+              "the gated deltanet split verification's test policies must select it");
 // Several tiles per head (the per-tile offsets and the single writers of shared inputs), bf16.
 using m2_tiles =
     replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16, precision::fp32, 32, 128>;
@@ -269,6 +331,16 @@ TEST_CASE("speculative rounds verify every draft position and accept the verifie
   SECTION("gated deltanet 16/32/128/128 vk, K 8, drafts up to 5") {
     rtest::gdn_case<gdn_vk> c(16, 32);
     run_spec_rounds<5>(c, rounds, rng);
+  }
+  SECTION("gated deltanet 16/32 kv, split verification (workspace), drafts up to 8") {
+    rtest::gdn_case<gdn> c(16, 32);
+    c.use_workspace = true;
+    run_spec_rounds<8>(c, rounds, rng);
+  }
+  SECTION("gated deltanet bf16 inputs 4/16 kv, split verification (workspace), drafts up to 4") {
+    rtest::gdn_case<gdn_sv_bf16> c(4, 16);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
   }
   SECTION("mamba2 bf16 inputs, two tiles per head") {
     rtest::mamba2_case<m2_tiles> c(32, 4, true);
@@ -312,6 +384,16 @@ TEST_CASE("token trees give every node its path output and the accepted path bec
     rtest::gdn_case<gdn_vk> c(16, 32);
     run_spec_rounds<5, true>(c, rounds, rng);
   }
+  SECTION("gated deltanet 16/32 kv, split verification (workspace), trees of up to 8 drafts") {
+    rtest::gdn_case<gdn> c(16, 32);
+    c.use_workspace = true;
+    run_spec_rounds<8, true>(c, rounds, rng);
+  }
+  SECTION("gated deltanet bf16 inputs, split verification (workspace), trees of up to 4 drafts") {
+    rtest::gdn_case<gdn_sv_bf16> c(4, 16);
+    c.use_workspace = true;
+    run_spec_rounds<4, true>(c, rounds, rng);
+  }
   SECTION("mamba2, trees of up to 16 drafts") {
     rtest::mamba2_case<m2_wide> c(16, 2, true);
     run_spec_rounds<16, true>(c, rounds / 4, rng);
@@ -349,6 +431,11 @@ TEST_CASE("a captured speculative round replays 1000 times with rows changing sl
   SECTION("mamba2 chains, drafts up to 8") {
     rtest::mamba2_case<m2> c(128, 8, true);
     run_spec_rounds<8, false, true>(c, rounds, rng);
+  }
+  SECTION("gated deltanet split verification (workspace), trees, drafts up to 8") {
+    rtest::gdn_case<gdn> c(16, 32);
+    c.use_workspace = true;
+    run_spec_rounds<8, true, true>(c, rounds, rng);
   }
   SECTION("gated deltanet trees, drafts up to 8") {
     rtest::gdn_case<gdn> c(16, 32);

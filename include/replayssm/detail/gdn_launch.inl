@@ -3,6 +3,7 @@
 
 #include <replayssm/detail/gdn_agent.cuh>
 #include <replayssm/detail/gdn_stream.cuh>
+#include <replayssm/detail/gdn_verify.cuh>
 #include <replayssm/detail/kernels.cuh>
 #include <replayssm/detail/validate.cuh>
 
@@ -179,6 +180,22 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
                   "gated_deltanet: fork needs branch.ckpt_of and branch.fork_src");
     if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
       return launch_gdn_items<gdn_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
+  }
+  if constexpr (Op == op::verify && gdn_verify_split_supported<Policy>::value) {
+    // The split verification (gdn_verify.cuh): not branching here (branches returned above).
+    if (p.workspace != nullptr) {
+      if (auto r = check_workspace(
+              p.workspace, p.workspace_size,
+              p.verify_workspace_elems(p.rows.batch, p.num_v_heads, MaxDraft),
+              "gated_deltanet: workspace must be 4-byte aligned",
+              "gated_deltanet: workspace_size is smaller than verify_workspace_elems(batch, "
+              "num_v_heads, MaxDraft) floats, which verify_step needs for this policy (set "
+              "workspace_size to the floats allocated at workspace, or pass no workspace)");
+          !r)
+        return r;
+      if (p.rows.batch >= p.split_min_batch)
+        return launch_gdn_verify_split<Policy, MaxDraft>(p, stream);
+    }
   }
   if constexpr (Op != op::fork)
     return launch_gdn_items<gdn_agent<Policy, Op, MaxDraft>, Op>(p, other, stream);

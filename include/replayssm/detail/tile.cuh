@@ -598,16 +598,25 @@ struct strided_rows {
   }
 };
 
-// Asynchronous 16-byte global -> shared copies (sm_80+), for the pipelined kernels.
+// Asynchronous 16-byte global -> shared copies (sm_80+), for the pipelined kernels (and the
+// split verification's staging, gdn_verify.cuh).
 REPLAYSSM_DEVICE void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+/// An asynchronous 4-byte global -> shared copy (sm_80+; any 4-byte aligned addresses): a copy
+/// that holds no register, so that any number of them are in flight at once.
+REPLAYSSM_DEVICE void cp_async4(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 REPLAYSSM_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int Pending>
 REPLAYSSM_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
+/// Waits for every cp.async of this thread (committed or not).
+REPLAYSSM_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /// Requests this thread's fragments of a state tile into `stage` (`[frags][Threads]` float4:
 /// every thread later reads back only what it copied, so no barrier is needed in between).
