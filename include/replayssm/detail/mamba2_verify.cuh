@@ -295,6 +295,17 @@ struct mamba2_verify_readout {
       if (int(threadIdx.x) < nd) s.dt[threadIdx.x] = dt_own;
       __syncthreads();
     }
+    // With a warp per draft (MaxDraft <= 4), each warp's dots (step j at lane j) are requested
+    // now, so that their latency overlaps the G loop; the wait delays only the first wave of
+    // blocks, started while the coefficient grid still ran. (v16: T = 2 / 4 rounds -1.5% / -3%;
+    // at T = 8 the extra registers spilled and it lost 1.5%, so there the wait stays below.)
+    constexpr bool prefetch = MaxDraft <= NT / 32;
+    float w_pre = 0.f;
+    if constexpr (prefetch) {
+      pdl_wait();  // the coefficient grid has completed and its writes are visible
+      const float* wp = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L) + warp * L;
+      if (warp < nd && lane < base + nd) w_pre = wp[lane];
+    }
     // 4. G_d[p] = h[p, :] . C_d into s.y[d][p]: the lane's 32 values of each row, then the sum
     // over the 4 lanes t of its group (which together hold the row's 128 columns).
     for (int d = 0; d < nd; ++d) {
@@ -332,15 +343,18 @@ struct mamba2_verify_readout {
     // 6. The weights: w[d][j] = dots[d][j] dt_j exp(sum of A dt over the later steps on d's
     // path), decay_d = exp(sum of A dt over d's path), one warp per draft (decay_weights). Steps
     // j < base are the buffered ones (none after a fold), then the drafts.
-    pdl_wait();  // the coefficient grid has completed and its writes are visible
+    if constexpr (!prefetch) pdl_wait();  // the coefficient grid's writes are visible
     const int m = base + nd;
     const float* ws = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L);
     for (int d = warp; d < nd; d += NT / 32) {
       const float* wd = ws + d * L;
       auto on = [&](int j) { return j < base || ((s.path[d] >> (j - base)) & 1u); };
       // Off-path steps: exactly 0 as replay_dots leaves them (not 0 * dt, NaN for a sibling's
-      // non-finite dt).
-      agent.decay_weights(d, m, A, on, [&](int j) { return on(j) ? wd[j] * s.dt[j] : 0.f; });
+      // non-finite dt). decay_weights asks lane j for step j (then j + 32, ...): the prefetched
+      // dot where it is this warp's first draft.
+      agent.decay_weights(d, m, A, on, [&](int j) {
+        return on(j) ? (prefetch && j == lane ? w_pre : wd[j]) * s.dt[j] : 0.f;
+      });
     }
     __syncthreads();
     // 7. The outputs of this thread's drafts at row r (the fused order: the buffered steps, then
