@@ -7,10 +7,10 @@
 // 256, H 128, 15 buffered steps in 367 us against the fused kernel's 516; the same kernel at 8
 // warps per block was 439-558 us. The earlier split verifications (split_verify*.patch) lost
 // because their readout kept 256-512-thread blocks and staged B per block. Measured (v16, H200,
-// bench_spec rows spec/mamba2/H128_G8_t128_ws, batch 256, 15 buffered steps): T = 2 / 4 / 8
-// 340 / 403 / 725 us against the fused 256-thread kernel's 428 / 516 / 945. (Its first form
-// held each thread's x column in registers, 15 scalar loads that ptxas serialized under the
-// 128-register bound: 501 / 658 / 744 us.)
+// bench_spec rows spec/mamba2/H128_G8_ws, batch 256, 15 buffered steps): T = 2 / 4 / 8
+// 337 / 395 / 629 us against the fused kernel's 428 / 518 / 936; every row folding 819 / 866 /
+// 1091 against 800 / 891 / 1197. (Its first form held each thread's x column in registers, 15
+// scalar loads that ptxas serialized under the 128-register bound: 501 / 658 / 744 us.)
 //
 // Two grids, the second launched with programmatic dependent launch (sm_90+):
 // 1. mamba2_verify_coef_kernel, one block per (group g, batch row b): the dot products
