@@ -350,23 +350,12 @@ result launch_gdn_verify_split(const gdn_params<Policy>& p, cudaStream_t stream)
   gdn_verify_sweep_kernel<Policy, MaxDraft><<<dim3(unsigned(p.num_v_heads), unsigned(p.rows.batch)),
                                               gdn_verify_sweep_threads, 0, stream>>>(p);
   if (auto r = check_launch(); !r) return r;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(p.num_v_heads), unsigned(p.rows.batch));
-  cfg.blockDim = dim3(Policy::block_threads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, gdn_verify_readout_kernel<Policy, MaxDraft>, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
-    return fail(status::cuda_error,
-                "gated_deltanet: the split verification's readout launch failed "
-                "(cudaLaunchKernelEx with programmatic stream serialization)");
-  }
-  return check_launch();
+  return launch_dependent(gdn_verify_readout_kernel<Policy, MaxDraft>,
+                          dim3(unsigned(p.num_v_heads), unsigned(p.rows.batch)),
+                          Policy::block_threads, stream,
+                          "gated_deltanet: the split verification's readout launch failed "
+                          "(cudaLaunchKernelEx with programmatic stream serialization)",
+                          p);
 }
 
 }  // namespace detail

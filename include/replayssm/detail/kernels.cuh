@@ -110,8 +110,8 @@ result launch_items(const typename Agent::params_t& p, const state_pool_ref& oth
 /// callable launching the rule's coefficient grid on `stream` and returning its result, then
 /// the decode grid of `Split` (by default `Agent::split_agent`; Mamba-2 passes
 /// mamba2_stream_agent where it applies, mamba2_launch.inl), one item per block, with
-/// programmatic stream serialization, so that its blocks may start (and request their state) once every
-/// coefficient block has read its cursor and triggered; its replay rows wait for the
+/// programmatic stream serialization, so that its blocks may start (and request their state) once
+/// every coefficient block has read its cursor and triggered; its replay rows wait for the
 /// coefficients in pdl_wait. Two stream launches, no synchronisation, no allocation: capturable
 /// in a CUDA graph (as a programmatic edge). Every other launch, a decode without a workspace
 /// or with fewer than `p.split_min_batch` rows, and pipelined policies (their persistent kernel
@@ -124,23 +124,13 @@ result launch_items_or_split(const typename Agent::params_t& p, const state_pool
     if (p.workspace != nullptr && p.rows.batch >= p.split_min_batch) {
       if (p.rows.batch == 0) return ok();
       if (auto r = coef(stream); !r) return r;
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(unsigned(Split::heads(p)) * Split::tiles_per_head, unsigned(p.rows.batch));
-      cfg.blockDim = dim3(policy::block_threads);
-      cfg.dynamicSmemBytes = 0;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1] = {};
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      if (cudaLaunchKernelEx(&cfg, item_kernel<Split>, p, state_pool_ref{}) != cudaSuccess) {
-        (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
-        return fail(status::cuda_error,
-                    "the split replay step's decode launch failed (cudaLaunchKernelEx with "
-                    "programmatic stream serialization)");
-      }
-      return check_launch();
+      return launch_dependent(
+          item_kernel<Split>,
+          dim3(unsigned(Split::heads(p)) * Split::tiles_per_head, unsigned(p.rows.batch)),
+          policy::block_threads, stream,
+          "the split replay step's decode launch failed (cudaLaunchKernelEx with programmatic "
+          "stream serialization)",
+          p, state_pool_ref{});
     }
   }
   return launch_items<Agent, Op>(p, other, stream);

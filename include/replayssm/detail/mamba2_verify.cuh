@@ -405,23 +405,12 @@ result launch_mamba2_verify_split(const mamba2_params<Policy>& p, cudaStream_t s
   mamba2_verify_coef_kernel<Policy, MaxDraft><<<dim3(unsigned(p.ngroups), unsigned(p.rows.batch)),
                                                 mamba2_verify_coef_threads, 0, stream>>>(p);
   if (auto r = check_launch(); !r) return r;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(p.nheads), unsigned(p.rows.batch));
-  cfg.blockDim = dim3(mamba2_verify_readout_threads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, mamba2_verify_readout_kernel<Policy, MaxDraft>, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
-    return fail(status::cuda_error,
-                "the split verification's readout launch failed (cudaLaunchKernelEx with "
-                "programmatic stream serialization)");
-  }
-  return check_launch();
+  return launch_dependent(mamba2_verify_readout_kernel<Policy, MaxDraft>,
+                          dim3(unsigned(p.nheads), unsigned(p.rows.batch)),
+                          mamba2_verify_readout_threads, stream,
+                          "the split verification's readout launch failed (cudaLaunchKernelEx "
+                          "with programmatic stream serialization)",
+                          p);
 }
 
 }  // namespace detail

@@ -36,8 +36,8 @@ inline result check_pool(const basic_pool_ref<T>& pool, int heads, int rows, int
 /// heads per slot, at least `num_slots` slots. The messages name the failing array.
 /// Checks a split step's workspace (null: none, nothing to check): 4-byte aligned and
 /// `size` >= the `needed` floats, so a launch never writes past what the caller allocated.
-inline result check_workspace(const float* ws, int64_t size, int64_t needed,
-                              const char* what_align, const char* what_size) {
+inline result check_workspace(const float* ws, int64_t size, int64_t needed, const char* what_align,
+                              const char* what_size) {
   if (ws == nullptr) return ok();
   if (!aligned(ws, alignof(float))) return fail(status::misaligned_pointer, what_align);
   if (size < needed) return fail(status::bad_shape, what_size);
@@ -81,6 +81,31 @@ inline result check_launch() {
   if (e != cudaSuccess)
     return fail(status::cuda_error, "kernel launch failed (see cudaGetLastError)");
   return ok();
+}
+
+/// Launches `kernel<<<grid, threads, 0, stream>>>(args...)` with programmatic stream
+/// serialization (sm_90 programmatic dependent launch): its blocks may start once every block of
+/// the previous launch on `stream` has triggered (or exited), and wait for that launch's writes
+/// in pdl_wait. Captured into CUDA graphs as a programmatic edge. `what` names the launch in the
+/// error returned when it fails (no sticky error is left behind).
+template <class... KernelArgs, class... Args>
+result launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, unsigned threads,
+                        cudaStream_t stream, const char* what, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...) != cudaSuccess) {
+    (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
+    return fail(status::cuda_error, what);
+  }
+  return check_launch();
 }
 
 /// Grid of a persistent kernel: as many blocks as fit on the device at once (at most `items`).
