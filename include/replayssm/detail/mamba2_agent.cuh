@@ -104,33 +104,37 @@ struct mamba2_agent {
     run_item(*this, p, b, h, t, other);
   }
 
+  /// B_j . C_d over the N columns of two staged rows: four partial sums over float4 columns,
+  /// starting at column j mod (N / 4) so that the threads of consecutive steps j read different
+  /// shared-memory banks; ((a.x + a.y) + (a.z + a.w)). The split verification's coefficient
+  /// kernel uses it too, so both paths' dots are bit-identical.
+  static REPLAYSSM_DEVICE float bc_dot(const float* b_row, const float* c_row, int j) {
+    constexpr int Q = N / 4;  // float4 columns of a B or C row
+    const float4* bj = reinterpret_cast<const float4*>(b_row);
+    const float4* cd = reinterpret_cast<const float4*>(c_row);
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    int c = j % Q;
+#pragma unroll 8
+    for (int q = 0; q < Q; ++q) {
+      const float4 x = bj[c], y = cd[c];
+      a = make_float4(fmaf(x.x, y.x, a.x), fmaf(x.y, y.y, a.y), fmaf(x.z, y.z, a.z),
+                      fmaf(x.w, y.w, a.w));
+      c = c + 1 == Q ? 0 : c + 1;
+    }
+    return (a.x + a.y) + (a.z + a.w);
+  }
+
   /// s.w[d][j] = (B_j . C_d) dt_j for d < nd, j < m where on(d, j) holds (else 0): one thread
-  /// per dot product, four partial sums of N / 4 float4 products each. Thread (d, j) starts at
-  /// float4 column j mod (N / 4), so the 16-byte shared loads of a warp's threads (consecutive
-  /// j) fall in different banks. One integer division per dot; the warp-per-dot form (a
+  /// per dot product (bc_dot). One integer division per dot; the warp-per-dot form (a
   /// transposing reduction per four dots, a division per dot and lane) ran ~230 instructions per
   /// four dots, a third of the T = 4 verification's instructions at 15 buffered steps (v15).
   /// Call from all threads; ends without a barrier.
   template <class On>
   REPLAYSSM_DEVICE void replay_dots(int nd, int m, On on) {
-    constexpr int Q = N / 4;  // float4 columns of a B or C row
     for (int i = threadIdx.x; i < nd * m; i += NT) {
       const int d = i / m, j = i - d * m;
       float w = 0.f;
-      if (on(d, j)) {
-        const float4* bj = reinterpret_cast<const float4*>(s.B[j]);
-        const float4* cd = reinterpret_cast<const float4*>(s.C[d]);
-        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-        int c = j % Q;
-#pragma unroll 8
-        for (int q = 0; q < Q; ++q) {
-          const float4 x = bj[c], y = cd[c];
-          a = make_float4(fmaf(x.x, y.x, a.x), fmaf(x.y, y.y, a.y), fmaf(x.z, y.z, a.z),
-                          fmaf(x.w, y.w, a.w));
-          c = c + 1 == Q ? 0 : c + 1;
-        }
-        w = ((a.x + a.y) + (a.z + a.w)) * s.dt[j];
-      }
+      if (on(d, j)) w = bc_dot(s.B[j], s.C[d], j) * s.dt[j];
       s.w[d][j] = w;
     }
   }

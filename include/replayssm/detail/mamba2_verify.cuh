@@ -131,30 +131,16 @@ struct mamba2_verify_coef {
     Bd.store(s.B + base, nd);
     Cd.store(s.C, nd);
     __syncthreads();
-    // dots[d][j]: one thread per dot, the arithmetic of mamba2_agent::replay_dots (four partial
-    // sums, thread (d, j) starting at float4 column j mod (N / 4)), so the dots are bit-identical
-    // to the fused path's. Every entry of the row's [MaxDraft][L] block is written (0 off the
-    // paths).
-    constexpr int Q = N / 4;
+    // dots[d][j]: one thread per dot, mamba2_agent::bc_dot as replay_dots computes it, so the dots
+    // are bit-identical to the fused path's. Every entry of the row's [MaxDraft][L] block is
+    // written (0 off the paths).
     const int m = base + nd;
     float* ws = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L);
     for (int i = threadIdx.x; i < MaxDraft * L; i += NT) {
       const int d = i / L, j = i - d * L;
       float w = 0.f;
-      if (d < nd && j < m && (j < base || ((s.path[d] >> (j - base)) & 1u))) {
-        const float4* bj = reinterpret_cast<const float4*>(s.B[j]);
-        const float4* cd = reinterpret_cast<const float4*>(s.C[d]);
-        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-        int c = j % Q;
-#pragma unroll 8
-        for (int q = 0; q < Q; ++q) {
-          const float4 x = bj[c], y = cd[c];
-          a = make_float4(fmaf(x.x, y.x, a.x), fmaf(x.y, y.y, a.y), fmaf(x.z, y.z, a.z),
-                          fmaf(x.w, y.w, a.w));
-          c = c + 1 == Q ? 0 : c + 1;
-        }
-        w = (a.x + a.y) + (a.z + a.w);
-      }
+      if (d < nd && j < m && (j < base || ((s.path[d] >> (j - base)) & 1u)))
+        w = mamba2_agent<Policy, op::verify, MaxDraft>::bc_dot(s.B[j], s.C[d], j);
       ws[i] = w;
     }
     // The drafts' B rows appended after the buffered (or folded) steps, exactly as given (the
