@@ -175,7 +175,7 @@ struct mamba2_case {
     p.ngroups = G;
     p.headdim = P;
     p.dstate = N;
-    p.weights = {A.ptr, dt_bias.ptr, D.ptr, true};
+    p.weights = {A.ptr, dt_bias.ptr, cfg.has_D ? D.ptr : nullptr, true};
     p.in.x = x.ptr;
     p.in.x_batch_stride = H * P;
     p.in.x_head_stride = P;

@@ -306,8 +306,12 @@ using gdn_tiles =
 // (the rule's defaults) runs the split verification (mamba2_verify.cuh: a coefficient grid, then
 // 128-thread readout blocks with PDL; rows that fold do it in the readout's registers).
 using m2_bf16 = replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16>;
+// K 30: a draft's path holds up to 29 buffered steps + 4 drafts, more than the 32 steps of one
+// suffix-scan chunk (decay_weights' second chunk; the readout's prefetched dots cover the first).
+using m2_long = replay_policy<rules::mamba2<64, 128, float>, 37, 30>;
 static_assert(detail::mamba2_verify_split_supported<m2>::value &&
                   detail::mamba2_verify_split_supported<m2_bf16>::value &&
+                  detail::mamba2_verify_split_supported<m2_long>::value &&
                   !detail::mamba2_verify_split_supported<m2_pair>::value &&
                   !detail::mamba2_verify_split_supported<m2_tiles>::value,
               "the split verification's test policies must select it (and only those)");
@@ -361,6 +365,13 @@ TEST_CASE("speculative rounds verify every draft position and accept the verifie
   }
   SECTION("mamba2 bf16 inputs, no z, split verification (workspace), drafts up to 4") {
     rtest::mamba2_case<m2_bf16> c(32, 4, false);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION(
+      "mamba2 no D, K 30 (paths over 32 steps), split verification (workspace), drafts up to 4") {
+    rtest::mamba2_case<m2_long> c(16, 2, true);
+    c.cfg.has_D = false;  // weights.D null: no skip term (the reference drops it too)
     c.use_workspace = true;
     run_spec_rounds<4>(c, rounds, rng);
   }
