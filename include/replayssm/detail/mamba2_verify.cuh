@@ -21,18 +21,19 @@
 //    buffer (once per (row, group), where the fused path appends them from a group's first head).
 //    Workspace layout: `[batch][ngroups][MaxDraft][BufferLen]` floats.
 // 2. mamba2_verify_readout_kernel, one block of 128 threads per (head h, batch row b) whatever
-//    the policy's BlockThreads, at 4
-//    blocks per SM: the block holds its whole 64 x 128 fp32 state tile in registers, warp w rows 16
-//    w .. 16 w + 15, lane (gi, t) = (lane >> 2, lane & 3) rows 16 w + gi and 16 w + gi + 8, of each
-//    the 32 values at columns 16 i + 4 t + {0..3} (one 16-byte streaming load per (row, i)),
-//    requested first; then the buffered and the drafts' x rows, the drafts' C, dt and the path
-//    masks, all staged in shared memory as fp32 (requested together: one memory latency); a
-//    row that folds (n >= K) stages its window's B and x too, folds it into the registers as
-//    mamba2_agent::fold_window does (h scaled by exp(A sum dt), then one FMA per element and
-//    step, in step order) and stores them as the checkpoint, its drafts then at base 0; G_d[p] =
-//    h[p, :] . C_d by FMAs over the lane's values and two xor shuffles; pdl_wait; the dots from the
-//    workspace turn into the weights and decays of mamba2_agent::decay_weights (the fused path's
-//    function); then
+//    the policy's BlockThreads, at 4 blocks per SM: the block holds its whole 64 x 128 fp32
+//    state tile in registers, warp w rows 16 w .. 16 w + 15, lane (gi, t) = (lane >> 2,
+//    lane & 3) rows 16 w + gi and 16 w + gi + 8, of each the 32 values at columns 16 i + 4 t +
+//    {0..3} (one 16-byte streaming load per (row, i)), requested first; then the buffered and
+//    the drafts' x rows, the drafts' C, dt and the path masks, all staged in shared memory as
+//    fp32 (requested together: one memory latency); a row that folds (n >= K) stages its
+//    window's B and x too, folds it into the registers as mamba2_agent::fold_window does (h
+//    scaled by exp(A sum dt), then one FMA per element and step, in step order) and stores them
+//    as the checkpoint, its drafts then at base 0. pdl_wait (with MaxDraft <= 4 right after the
+//    staging barrier, each warp then requesting its draft's dots before the G loop; otherwise
+//    after it); G_d[p] = h[p, :] . C_d by FMAs over the lane's values and two xor shuffles; the
+//    dots from the workspace turn into the weights and decays of mamba2_agent::decay_weights
+//    (the fused path's function); then
 //      y_d[p] = decay_d G_d[p] + sum_{j on d's path} w[d][j] x_j[p] + D x_{n+d}[p],
 //    y *= silu(z) when z is set. The drafts' x and dt are appended as process_verify appends
 //    them; the cursor does not move, except after a fold: the row's last block sets
