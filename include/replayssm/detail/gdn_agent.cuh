@@ -427,8 +427,7 @@ struct gdn_agent {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int hk = hv / (Hv / Hk);
     const int v0 = t * VT;
-    int nd = p.spec.num_draft[b];
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    int nd = draft_count<MaxDraft>(p.spec.num_draft[b]);
     const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
     const bool fold_window = n >= K;
     if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here: stay inside the buffer
@@ -510,8 +509,7 @@ struct gdn_agent {
                                             const state_pool_ref& other) {
     const int hk = hv / (p.num_v_heads / p.num_k_heads);
     const int v0 = t * VT;
-    int nd = p.spec.num_draft[b];
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    int nd = draft_count<MaxDraft>(p.spec.num_draft[b]);
     {
       draft_rows drafts;
       drafts.load(p, b, hv, hk, v0, nd);

@@ -111,8 +111,7 @@ struct gdn_verify_sweep {
     const int64_t slot = p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
     if (slot == p.rows.null_slot) return;  // (exit = implicit trigger)
     if (threadIdx.x == 0) {                // n and nd exactly as process_verify reads them
-      int nd = p.spec.num_draft[b];
-      nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+      int nd = draft_count<MaxDraft>(p.spec.num_draft[b]);
       const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
       if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here
       s.n = n;
@@ -254,7 +253,7 @@ struct gdn_verify_readout {
       return;
     }
     const int Hv = p.num_v_heads;
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    nd = draft_count<MaxDraft>(nd);
     if (nd > L - n) nd = L - n;  // (as process_verify; not reached for n < K <= L - 2 MaxDraft)
     const int64_t r0 = int64_t(b) * MaxDraft;
     // Staged into shared memory with every request in flight at once (one memory latency, not

@@ -436,8 +436,7 @@ struct mamba2_agent {
     const int g = h / (H / p.ngroups);
     const int row0 = t * TR;
     const float A = p.weights.A[h];
-    int nd = p.spec.num_draft[b];
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    int nd = draft_count<MaxDraft>(p.spec.num_draft[b]);
     draft_rows drafts;  // requested before the cursor-dependent loads
     drafts.load(p, b, h, g, row0, nd);
     const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
@@ -491,8 +490,7 @@ struct mamba2_agent {
     const int g = h / (p.nheads / p.ngroups);
     const int row0 = t * TR;
     const float A = p.weights.A[h];
-    int nd = p.spec.num_draft[b];
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    int nd = draft_count<MaxDraft>(p.spec.num_draft[b]);
     {
       draft_rows drafts;
       drafts.load(p, b, h, g, row0, nd);

@@ -105,8 +105,7 @@ struct mamba2_verify_coef {
     if (slot == p.rows.null_slot) return;  // (exit = implicit trigger)
     if (threadIdx.x == 0) {                // n and nd exactly as process_verify reads them
       const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
-      int nd = p.spec.num_draft[b];
-      nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+      int nd = draft_count<MaxDraft>(p.spec.num_draft[b]);
       if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here
       s.n = n;
       s.nd = nd;
@@ -213,8 +212,7 @@ struct mamba2_verify_readout {
     // shared memory as fp32: x_j in s.x[j], draft d's x in s.x[n + d] (where process_verify
     // appends it), C_d in s.C[d], B_j in s.B[j]. (Per-thread register columns of x made ptxas
     // serialize the loads under the 128-register bound: v16.)
-    int nd = p.spec.num_draft[b];
-    nd = nd < 0 ? 0 : (nd > MaxDraft ? MaxDraft : nd);
+    int nd = draft_count<MaxDraft>(p.spec.num_draft[b]);
     if (nd > L - n) nd = L - n;     // only a corrupt cursor gets here: stay inside the buffer
     const int base = fold ? 0 : n;  // the drafts' first step index in the weights
     const int r = threadIdx.x % P;

@@ -49,6 +49,13 @@ __host__ __device__ __forceinline__ int buffered_steps(int32_t cursor) {
   return cursor < 0 ? 0 : (cursor > hi ? hi : cursor);
 }
 
+/// The drafts a speculative launch uses for a row: `spec.num_draft[b]` clamped to [0, MaxDraft]
+/// (the verifications then also keep n + nd <= L; other values come only from corrupt memory).
+template <int MaxDraft>
+__host__ __device__ __forceinline__ int draft_count(int32_t num_draft) {
+  return num_draft < 0 ? 0 : (num_draft > MaxDraft ? MaxDraft : num_draft);
+}
+
 /// Where the drafts of the last verification start in a slot's buffer (op::accept): after the
 /// buffered steps, or after the window the verification folded.
 template <int L>
