@@ -9,7 +9,8 @@
 // because their readout kept 256-512-thread blocks and staged B per block. Measured (v16, H200,
 // bench_spec rows spec/mamba2/H128_G8_ws, batch 256, 15 buffered steps): T = 2 / 4 / 8
 // 337 / 395 / 629 us against the fused kernel's 428 / 518 / 936; every row folding 819 / 866 /
-// 1091 against 800 / 891 / 1197. (Its first form held each thread's x column in registers, 15
+// 1091 against 800 / 891 / 1197; v17 (the drafts' rows with hoisted index math, `draft_rows`):
+// 330 / 381 / 576, folding 813 / 896 / 1049. (Its first form held each thread's x column in registers, 15
 // scalar loads that ptxas serialized under the 128-register bound: 501 / 658 / 744 us.)
 //
 // Two grids, the second launched with programmatic dependent launch (sm_90+):
@@ -181,6 +182,47 @@ struct mamba2_verify_readout {
   static_assert(NT % P == 0 && P == 16 * (NT / 32), "mamba2_verify_readout: 16 rows per warp");
   static_assert(fused::tiles_per_head == 1, "mamba2_verify_readout: one tile per head");
 
+  /// The drafts' rows [0, rows) of a strided `[MaxDraft][W]` matrix of T (row j at
+  /// `src + j * stride`, any alignment): exactly the elements strided_rows<MaxDraft, W, NT, T>
+  /// loads and stores (element i = threadIdx.x + it NT at row i / W, column i % W), with the
+  /// index math hoisted: W divides NT, so this thread holds column threadIdx.x % W of the rows
+  /// threadIdx.x / W + it (NT / W); its first element's address is computed once (one 64-bit
+  /// product), the others step by (NT / W) stride, and the row test is one compare with a
+  /// constant per element. All loads are independent (requested together, as strided_rows).
+  template <int W>
+  struct draft_rows {
+    static_assert(NT % W == 0, "draft_rows: W must divide the block");
+    static constexpr int RPI = NT / W;                         // rows per iteration
+    static constexpr int iters = (MaxDraft + RPI - 1) / RPI;  // = strided_rows' iters
+    static_assert(iters == (MaxDraft * W + NT - 1) / NT, "draft_rows: strided_rows' elements");
+    T v[iters];
+    int lim;  // rows - this thread's first row: element it is loaded iff it * RPI < lim
+    /// threadIdx.x, read apart from the block's other reads of it: the compiler would otherwise
+    /// share threadIdx.x / W and % W with the readout's d0 and r, and keep them live through the
+    /// G loop (one register over the 128-register bound there).
+    static REPLAYSSM_DEVICE unsigned tid() {
+      unsigned t;
+      asm("mov.u32 %0, %%tid.x;" : "=r"(t));
+      return t;
+    }
+    REPLAYSSM_DEVICE void load(const T* src, int64_t stride, int rows) {
+      const unsigned j0 = tid() / W, c = tid() % W;
+      lim = rows - int(j0);
+      const T* q = src + int64_t(j0) * stride + c;
+      const int64_t step = int64_t(RPI) * stride;
+#pragma unroll
+      for (int it = 0; it < iters; ++it, q += step)
+        if (it * RPI < lim) v[it] = *q;
+    }
+    /// dst[j][c] = row j's element c as float, for the rows loaded.
+    REPLAYSSM_DEVICE void store(float (*dst)[W]) const {
+      float* d = &dst[tid() / W][tid() % W];
+#pragma unroll
+      for (int it = 0; it < iters; ++it)
+        if (it * RPI < lim) d[it * RPI * W] = to_float(v[it]);
+    }
+  };
+
   /// Block (b, h). Call from all threads.
   static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int h) {
     const int64_t slot = fused::slot_of(p, b);
@@ -193,7 +235,8 @@ struct mamba2_verify_readout {
   static REPLAYSSM_DEVICE void readout(shared_storage& s, const params_t& p, int b, int h,
                                        int64_t slot, int n) {
     const int H = p.nheads, G = p.ngroups;
-    const int g = h / (H / G);
+    // (h / (H / G) for the validated H, G > 0 and h >= 0: the unsigned division is the same.)
+    const int g = int(unsigned(h) / (unsigned(H) / unsigned(G)));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gi = lane >> 2, t = lane & 3;
     const bool fold = n >= K;
@@ -221,15 +264,17 @@ struct mamba2_verify_readout {
     const float A = p.weights.A[h];
     float dt_own = 0.f;  // thread d < nd: draft d's dt after bias and softplus
     {
-      const T* xsrc = p.buffer.x + (slot * L * H + h) * int64_t(P);
+      const int64_t sh = slot * L * H + h;  // (slot, step 0, head h) of the buffer
+      const T* xsrc = p.buffer.x + sh * int64_t(P);
       staged_rows<NB, P, NT, T> xq;  // a row that does not fold: its buffered x, first
       if (!fold) xq.load(xsrc, int64_t(H) * P, n);
-      strided_rows<MaxDraft, P, NT, T> xd;
+      draft_rows<P> xd;  // (strided_rows' elements, hoisted index math)
       xd.load(p.in.x + r0 * p.in.x_batch_stride + h * p.in.x_head_stride, p.in.x_batch_stride, nd);
-      strided_rows<MaxDraft, N, NT, T> Cd;
+      draft_rows<N> Cd;
       Cd.load(p.in.C + r0 * p.in.C_batch_stride + g * p.in.C_group_stride, p.in.C_batch_stride, nd);
       float dtq = 0.f, dtd = 0.f;
-      if (int(threadIdx.x) < n) dtq = p.buffer.dt[(slot * L + threadIdx.x) * H + h];
+      // ((slot L + j) H + h = sh + j H.)
+      if (int(threadIdx.x) < n) dtq = p.buffer.dt[sh + int64_t(threadIdx.x) * H];
       if (int(threadIdx.x) < nd)
         dtd =
             to_float(p.in.dt[(r0 + threadIdx.x) * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
@@ -239,8 +284,8 @@ struct mamba2_verify_readout {
       } else {
         xq.store(s.x, n);
       }
-      xd.store(s.x + n, nd);
-      Cd.store(s.C, nd);
+      xd.store(s.x + n);
+      Cd.store(s.C);
       if (int(threadIdx.x) < n) s.dt[threadIdx.x] = dtq;
       if (int(threadIdx.x) < nd) {
         dt_own = mamba2_step_dt(p, dtd, h);
