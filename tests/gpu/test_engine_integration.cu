@@ -364,3 +364,27 @@ TEST_CASE("prefix caching: materialize then load into another slot continues ide
     run_prefix_roundtrip(c, rng);
   }
 }
+
+TEST_CASE("kernels built for sm_90 keep programmatic dependent launch for the split paths",
+          "[gpu][split]") {
+  // launch_dependent launches a kernel with programmatic serialization only when pdl_capable
+  // finds it compiled from PTX of compute_90 or newer (older PTX, JIT-compiled on Hopper, has
+  // pdl_wait compiled out: plain stream order then). These tests are built for sm_90
+  // (CMAKE_CUDA_ARCHITECTURES 90), so on a Hopper GPU the query must say yes: a wrong answer
+  // would silently drop the overlap of every split launch.
+  int dev = 0, major = 0;
+  RTEST_CUDA(cudaGetDevice(&dev));
+  RTEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) {
+    WARN("compute capability " << major << ".x: no programmatic dependent launch to check");
+    return;
+  }
+  using spec = replay_policy<rules::mamba2<64, 128, float>, 23, 16>;  // verify_step<4> fits
+  static_assert(detail::mamba2_verify_split_supported<spec>::value, "the split verification");
+  CHECK(detail::pdl_capable(detail::mamba2_verify_coef_kernel<spec, 4>));
+  CHECK(detail::pdl_capable(detail::mamba2_verify_readout_kernel<spec, 4>));
+  cudaFuncAttributes a = {};
+  RTEST_CUDA(cudaFuncGetAttributes(&a, detail::mamba2_verify_readout_kernel<spec, 4>));
+  INFO("ptxVersion " << a.ptxVersion << ", binaryVersion " << a.binaryVersion);
+  CHECK(a.binaryVersion >= 90);
+}

@@ -10,8 +10,9 @@
 // bench_spec rows spec/mamba2/H128_G8_ws, batch 256, 15 buffered steps): T = 2 / 4 / 8
 // 337 / 395 / 629 us against the fused kernel's 428 / 518 / 936; every row folding 819 / 866 /
 // 1091 against 800 / 891 / 1197; v17 (the drafts' rows with hoisted index math, `draft_rows`):
-// 330 / 381 / 576, folding 813 / 896 / 1049. (Its first form held each thread's x column in registers, 15
-// scalar loads that ptxas serialized under the 128-register bound: 501 / 658 / 744 us.)
+// 330 / 381 / 576, folding 813 / 896 / 1049. (Its first form held each thread's x column in
+// registers, 15 scalar loads that ptxas serialized under the 128-register bound: 501 / 658 / 744
+// us.)
 //
 // Two grids, the second launched with programmatic dependent launch (sm_90+):
 // 1. mamba2_verify_coef_kernel, one block per (group g, batch row b): the dot products
@@ -192,7 +193,7 @@ struct mamba2_verify_readout {
   template <int W>
   struct draft_rows {
     static_assert(NT % W == 0, "draft_rows: W must divide the block");
-    static constexpr int RPI = NT / W;                         // rows per iteration
+    static constexpr int RPI = NT / W;                        // rows per iteration
     static constexpr int iters = (MaxDraft + RPI - 1) / RPI;  // = strided_rows' iters
     static_assert(iters == (MaxDraft * W + NT - 1) / NT, "draft_rows: strided_rows' elements");
     T v[iters];

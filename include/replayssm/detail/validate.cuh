@@ -83,11 +83,28 @@ inline result check_launch() {
   return ok();
 }
 
+/// Whether `kernel`, as it runs on the current device, was compiled from PTX of virtual
+/// architecture 90 or newer, so that its pdl_wait / pdl_trigger are the real grid-dependency
+/// instructions. A kernel JIT-compiled on a Hopper GPU from older PTX (say compute_80) has them
+/// compiled out: launched with programmatic serialization, its blocks could read what the
+/// previous kernel has not yet written. (A failed query counts as not capable.)
+template <class... KernelArgs>
+bool pdl_capable(void (*kernel)(KernelArgs...)) {
+  cudaFuncAttributes a = {};
+  if (cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.ptxVersion >= 90;
+}
+
 /// Launches `kernel<<<grid, threads, 0, stream>>>(args...)` with programmatic stream
 /// serialization (sm_90 programmatic dependent launch): its blocks may start once every block of
 /// the previous launch on `stream` has triggered (or exited), and wait for that launch's writes
-/// in pdl_wait. Captured into CUDA graphs as a programmatic edge. `what` names the launch in the
-/// error returned when it fails (no sticky error is left behind).
+/// in pdl_wait. Captured into CUDA graphs as a programmatic edge. A kernel built from PTX older
+/// than compute_90 (pdl_capable false) is launched in plain stream order instead: same results,
+/// no overlap. `what` names the launch in the error returned when it fails (no sticky error is
+/// left behind).
 template <class... KernelArgs, class... Args>
 result launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, unsigned threads,
                         cudaStream_t stream, const char* what, Args&&... args) {
@@ -100,7 +117,7 @@ result launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, unsigned threa
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = pdl_capable(kernel) ? 1 : 0;
   if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...) != cudaSuccess) {
     (void)cudaGetLastError();  // as check_launch: leave no sticky launch error behind
     return fail(status::cuda_error, what);
