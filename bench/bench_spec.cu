@@ -15,12 +15,12 @@ using rbench::cached_setup;
 using rbench::dev_array;
 using rbench::T;
 
-constexpr int K = 16;
+constexpr int K = 16;  // the commit interval of the main rows (the _K<k> rows sweep it)
 // The smallest buffer verify_step<Tn> accepts: a full window of accepted steps plus a draft.
-template <int Tn>
-using m2pol = replay_policy<rules::mamba2<64, 128, T>, K - 1 + 2 * Tn, K>;
-template <int Tn>
-using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, K - 1 + 2 * Tn, K>;
+template <int Tn, int Kc = K>
+using m2pol = replay_policy<rules::mamba2<64, 128, T>, Kc - 1 + 2 * Tn, Kc>;
+template <int Tn, int Kc = K>
+using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, Kc - 1 + 2 * Tn, Kc>;
 
 // Per-row counts on the device: num_draft = T for every row, and `sets` random acceptance
 // vectors (uniform in [1, T]) rotated over the rounds.
@@ -45,6 +45,7 @@ enum class kind { eager_round, replay_round, verify_nofold, verify_fold };
 /// it); otherwise no launch of the round gets one (verify_step and accept ignore it elsewhere).
 template <int Tn, class Setup>
 void run_round(benchmark::State& state, Setup& s, kind what, bool ws = false) {
+  constexpr int K = decltype(s.params(0))::policy::commit_interval;  // (this setup's)
   const bool replay = what != kind::eager_round;
   const bool with_accept = what == kind::replay_round;  // verify, then accept
   const bool verify_only = replay && !with_accept;      // verify alone, cursors reset
@@ -129,10 +130,10 @@ void bm_mamba2(benchmark::State& state) {
   run_round<Tn>(state, s, kind(state.range(2)));
 }
 /// verify_step with a workspace: the split verification (mamba2_verify.cuh).
-template <int Tn>
+template <int Tn, int Kc = K>
 void bm_mamba2_ws(benchmark::State& state) {
-  auto& s = cached_setup<rbench::mamba2_setup<m2pol<Tn>>>(int(state.range(0)), int(state.range(1)),
-                                                          256, 8);
+  auto& s = cached_setup<rbench::mamba2_setup<m2pol<Tn, Kc>>>(int(state.range(0)),
+                                                              int(state.range(1)), 256, 8);
   run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 template <int Tn>
@@ -158,6 +159,21 @@ void bm_gdn_ws(benchmark::State& state) {
     s.ws.n = need;
   }
   run_round<Tn>(state, s, kind(state.range(2)), true);
+}
+
+/// The commit interval for speculative decoding: Mamba-2 rounds with a workspace at K = Kc
+/// (rows "spec/mamba2/H128_G8_ws_K<Kc>/T<Tn>/replay_round"; the eager round is K's own row).
+/// A longer window folds less often (one fold per K accepted tokens) but replays more steps.
+template <int Tn, int Kc>
+void register_interval() {
+  benchmark::RegisterBenchmark(("spec/mamba2/H128_G8_ws_K" + std::to_string(Kc) + "/T" +
+                                std::to_string(Tn) + "/replay_round")
+                                   .c_str(),
+                               bm_mamba2_ws<Tn, Kc>)
+      ->Args({128, 8, int(kind::replay_round)})
+      ->ArgNames({"H", "G", "replay"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
 }
 
 template <int Tn>
@@ -204,6 +220,12 @@ int main(int argc, char** argv) {
   register_rounds<2>();
   register_rounds<4>();
   register_rounds<8>();
+  register_interval<2, 8>();
+  register_interval<4, 8>();
+  register_interval<8, 8>();
+  register_interval<2, 32>();
+  register_interval<4, 32>();
+  register_interval<8, 32>();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

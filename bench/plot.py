@@ -173,13 +173,16 @@ def main():
             m = re.match(r"^spec/(\w+)/([^/]+)/T(\d+)/(replay|eager)_round", n)
             if m:
                 rounds[(m.group(1), m.group(2), int(m.group(3)))][m.group(4)] = b
-        # "<shape>_ws" rows (verify_step with a workspace: the split verification) have no eager
-        # round of their own: the eager round of <shape> is theirs.
+        # "<shape>_ws" rows (verify_step with a workspace: the split verification) and
+        # "<shape>_ws_K<k>" rows (the same at another commit interval) have no eager round of
+        # their own: the eager round of <shape> is theirs (it writes a state per token: no K).
         for (rule, shape, t), r in rounds.items():
-            base = rounds.get((rule, shape[:-3], t), {}) if shape.endswith("_ws") else {}
+            m = re.match(r"^(.*)_ws(_K\d+)?$", shape)
+            base = rounds.get((rule, m.group(1), t), {}) if m else {}
             if "eager" not in r and "eager" in base:
                 r["eager"] = base["eager"]
-        lines.append("\n## Speculative rounds, batch 256, K = 16 (per round, random acceptance)\n")
+        lines.append("\n## Speculative rounds, batch 256, K = 16 unless the shape says _K<k> "
+                     "(per round, random acceptance)\n")
         lines.append("| rule | shape | T | eager round us | replay round us | x eager | replay % copy |")
         lines.append("|---|---|---|---|---|---|---|")
         for (rule, shape, t), r in sorted(rounds.items()):
@@ -203,7 +206,7 @@ def main():
             ts = sorted(t for r, sh, t in rounds if (r, sh) == key and len(rounds[(r, sh, t)]) == 2)
             line, = ax.plot(ts, [us(rounds[key + (t,)]["replay"]) for t in ts], marker="o",
                             label=f"replay round, {key[0]} {key[1]}")
-            if not key[1].endswith("_ws"):  # (the same eager round as its shape's)
+            if "_ws" not in key[1]:  # (the same eager round as its shape's)
                 ax.plot(ts, [us(rounds[key + (t,)]["eager"]) for t in ts], ls="--", marker="x",
                         color=line.get_color(), label=f"eager round, {key[0]} {key[1]}")
         ax.set_xlabel("tokens per row per round T (last accepted + drafts)")
