@@ -289,7 +289,7 @@ void mamba2_verify_step(const at::Tensor& ssm_state, const at::Tensor& x, const 
                         const at::Tensor& state_indices, int64_t pad_slot_id,
                         const at::Tensor& num_draft, const at::Tensor& out, const at::Tensor& buf_x,
                         const at::Tensor& buf_B, const at::Tensor& buf_dt, const at::Tensor& cursor,
-                        const at::Tensor& arrivals) {
+                        const at::Tensor& arrivals, const std::optional<at::Tensor>& workspace) {
   const at::Device device = cuda_device(ssm_state);
   const c10::cuda::CUDAGuard guard(device);
   mamba2_params p = mamba2_base(ssm_state, state_indices, pad_slot_id);
@@ -297,6 +297,7 @@ void mamba2_verify_step(const at::Tensor& ssm_state, const at::Tensor& x, const 
   set_mamba2_weights(p, A, D, dt_bias, dt_softplus, device);
   set_mamba2_step(p, x, dt, B, C, z, out, int64_t(p.rows.batch) * max_draft, device);
   p.spec.num_draft = rows_array(num_draft, "num_draft", p.rows.batch, device);
+  set_workspace(p, workspace, device);  // the split verification (README "Speculative decoding")
   check_result(rs::verify_step<max_draft>(p, current_stream(device)), "mamba2_verify_step");
 }
 
@@ -373,6 +374,11 @@ std::vector<int64_t> mamba2_buffer_elems(int64_t num_slots, int64_t nheads, int6
 /// Floats of decode_step's workspace for `batch` rows (the library's size helper).
 int64_t mamba2_workspace_elems(int64_t batch, int64_t nheads) {
   return mamba2_params::workspace_elems(batch, to_i32(nheads, "nheads"));
+}
+
+/// Floats of verify_step's workspace for `batch` rows (the library's size helper).
+int64_t mamba2_verify_workspace_elems(int64_t batch, int64_t ngroups) {
+  return mamba2_params::verify_workspace_elems(batch, to_i32(ngroups, "ngroups"), max_draft);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -476,7 +482,7 @@ void gdn_verify_step(const at::Tensor& ssm_state, const at::Tensor& q, const at:
                      const at::Tensor& num_draft, const at::Tensor& out, const at::Tensor& buf_k,
                      const at::Tensor& buf_kscale, const at::Tensor& buf_v, const at::Tensor& buf_g,
                      const at::Tensor& buf_beta, const at::Tensor& cursor,
-                     const at::Tensor& arrivals) {
+                     const at::Tensor& arrivals, const std::optional<at::Tensor>& workspace) {
   const at::Device device = cuda_device(ssm_state);
   const c10::cuda::CUDAGuard guard(device);
   gdn_params p = gdn_base(ssm_state, state_indices, pad_slot_id);
@@ -484,6 +490,7 @@ void gdn_verify_step(const at::Tensor& ssm_state, const at::Tensor& q, const at:
   set_gdn_step(p, q, k, v, g, beta, scale, l2norm_qk, out, int64_t(p.rows.batch) * max_draft,
                device);
   p.spec.num_draft = rows_array(num_draft, "num_draft", p.rows.batch, device);
+  set_workspace(p, workspace, device);  // the split verification (README "Speculative decoding")
   check_result(rs::verify_step<max_draft>(p, current_stream(device)), "gdn_verify_step");
 }
 
@@ -547,6 +554,12 @@ int64_t gdn_workspace_elems(int64_t batch, int64_t num_v_heads) {
   return gdn_params::workspace_elems(batch, to_i32(num_v_heads, "num_v_heads"));
 }
 
+/// Floats of verify_step's workspace for `batch` rows (the library's size helper).
+int64_t gdn_verify_workspace_elems(int64_t batch, int64_t num_v_heads) {
+  return gdn_params::verify_workspace_elems(batch, to_i32(num_v_heads, "num_v_heads"),
+                                            max_draft);
+}
+
 /// [head_k_dim, head_v_dim, buffer_len, commit_interval, max_draft] of the compiled policy.
 std::vector<int64_t> gdn_policy_info() {
   return {head_k_dim, head_v_dim, buffer_len, commit_interval, max_draft};
@@ -582,7 +595,10 @@ TORCH_LIBRARY(replayssm, m) {
       "mamba2_verify_step(Tensor(a!) ssm_state, Tensor x, Tensor dt, Tensor A, Tensor B, "
       "Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor state_indices, "
       "int pad_slot_id, Tensor num_draft, Tensor(b!) out, Tensor(c!) buf_x, Tensor(d!) buf_B, "
-      "Tensor(e!) buf_dt, Tensor(f!) cursor, Tensor(g!) arrivals) -> ()");
+      "Tensor(e!) buf_dt, Tensor(f!) cursor, Tensor(g!) arrivals, "
+      "Tensor(h!)? workspace=None) -> ()");
+  m.def("mamba2_verify_workspace_elems(int batch, int ngroups) -> int",
+        &mamba2_verify_workspace_elems);
   m.def(
       "mamba2_accept(Tensor(a!) ssm_state, Tensor A, Tensor state_indices, int pad_slot_id, "
       "Tensor accepted, Tensor? num_draft, Tensor(b!) buf_x, Tensor(c!) buf_B, "
@@ -616,7 +632,9 @@ TORCH_LIBRARY(replayssm, m) {
       "Tensor beta, float scale, bool l2norm_qk, Tensor state_indices, int pad_slot_id, "
       "Tensor num_draft, Tensor(b!) out, Tensor(c!) buf_k, Tensor(d!) buf_kscale, "
       "Tensor(e!) buf_v, Tensor(f!) buf_g, Tensor(g!) buf_beta, Tensor(h!) cursor, "
-      "Tensor(i!) arrivals) -> ()");
+      "Tensor(i!) arrivals, Tensor(j!)? workspace=None) -> ()");
+  m.def("gdn_verify_workspace_elems(int batch, int num_v_heads) -> int",
+        &gdn_verify_workspace_elems);
   m.def(
       "gdn_accept(Tensor(a!) ssm_state, Tensor state_indices, int pad_slot_id, Tensor accepted, "
       "Tensor? num_draft, Tensor(b!) buf_k, Tensor(c!) buf_kscale, Tensor(d!) buf_v, "

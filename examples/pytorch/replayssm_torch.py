@@ -82,11 +82,12 @@ def gdn_eager_step(ssm_state, state_indices, q, k, v, g, beta, scale=0.0, l2norm
 
 
 class _WorkspaceUser:
-    """decode_step's optional fp32 workspace: with one (the call's ``workspace`` argument, else
-    ``self.workspace`` from ``reserve_workspace(max_batch)``) it runs the split replay step,
-    faster from batch ~64 up and slower below (README "Memory" and "Performance"); without
-    one, the fused kernel. Reserve it outside CUDA-graph capture. Layers run one after another
-    on a stream may share one: ``other.workspace = cache.workspace``."""
+    """The optional fp32 workspace of decode_step and verify_step: with one (the call's
+    ``workspace`` argument, else ``self.workspace`` from ``reserve_workspace(max_batch)``, sized
+    for both) decode_step runs the split replay step, faster from batch ~64 up and slower below
+    (README "Memory" and "Performance"), and verify_step the split verification; without one,
+    the fused kernels. Reserve it outside CUDA-graph capture. Layers run one after another on a
+    stream may share one: ``other.workspace = cache.workspace``."""
 
     workspace = None
 
@@ -129,8 +130,11 @@ class Mamba2ReplayCache(_WorkspaceUser):
         return self.buf_x, self.buf_B, self.buf_dt, self.cursor, self.arrivals
 
     def reserve_workspace(self, max_batch):
-        """Allocates ``self.workspace`` for up to ``max_batch`` rows (see _WorkspaceUser)."""
-        return self._reserve(load().mamba2_workspace_elems(max_batch, self.nheads))
+        """Allocates ``self.workspace`` for up to ``max_batch`` rows of decode_step and of
+        verify_step (see _WorkspaceUser)."""
+        ops = load()
+        return self._reserve(max(ops.mamba2_workspace_elems(max_batch, self.nheads),
+                                 ops.mamba2_verify_workspace_elems(max_batch, self.ngroups)))
 
     def decode_step(self, state_indices, x, dt, B, C, z=None, out=None,
                     pad_slot_id=PAD_SLOT_ID, workspace=None):
@@ -146,15 +150,15 @@ class Mamba2ReplayCache(_WorkspaceUser):
         return out
 
     def verify_step(self, state_indices, num_draft, x, dt, B, C, z=None, out=None,
-                    pad_slot_id=PAD_SLOT_ID):
+                    pad_slot_id=PAD_SLOT_ID, workspace=None):
         """Speculative verification: inputs and outputs hold ``batch * max_draft`` rows, draft t
         of row b at row ``b * max_draft + t``; row b has ``num_draft[b]`` (int32) drafts. Output
-        rows of absent drafts are not written."""
+        rows of absent drafts are not written. With a workspace, the split verification."""
         if out is None:
             out = _new_out(x.shape, x.device)
         load().mamba2_verify_step(self.ssm_state, x, dt, self.A, B, C, self.D, z, self.dt_bias,
                                   self.dt_softplus, state_indices, pad_slot_id, num_draft, out,
-                                  *self._buffers())
+                                  *self._buffers(), self._pick(workspace))
         return out
 
     def accept(self, state_indices, accepted, num_draft=None, pad_slot_id=PAD_SLOT_ID):
@@ -217,8 +221,11 @@ class GatedDeltaNetReplayCache(_WorkspaceUser):
                 self.arrivals)
 
     def reserve_workspace(self, max_batch):
-        """Allocates ``self.workspace`` for up to ``max_batch`` rows (see _WorkspaceUser)."""
-        return self._reserve(load().gdn_workspace_elems(max_batch, self.num_v_heads))
+        """Allocates ``self.workspace`` for up to ``max_batch`` rows of decode_step and of
+        verify_step (see _WorkspaceUser)."""
+        ops = load()
+        return self._reserve(max(ops.gdn_workspace_elems(max_batch, self.num_v_heads),
+                                 ops.gdn_verify_workspace_elems(max_batch, self.num_v_heads)))
 
     def decode_step(self, state_indices, q, k, v, g, beta, out=None, pad_slot_id=PAD_SLOT_ID,
                     workspace=None):
@@ -233,12 +240,14 @@ class GatedDeltaNetReplayCache(_WorkspaceUser):
         return out
 
     def verify_step(self, state_indices, num_draft, q, k, v, g, beta, out=None,
-                    pad_slot_id=PAD_SLOT_ID):
-        """Speculative verification (rows ``b * max_draft + t``, see Mamba2ReplayCache)."""
+                    pad_slot_id=PAD_SLOT_ID, workspace=None):
+        """Speculative verification (rows ``b * max_draft + t``, see Mamba2ReplayCache); with a
+        workspace, the split verification."""
         if out is None:
             out = _new_out(v.shape, v.device)
         load().gdn_verify_step(self.ssm_state, q, k, v, g, beta, self.scale, self.l2norm_qk,
-                               state_indices, pad_slot_id, num_draft, out, *self._buffers())
+                               state_indices, pad_slot_id, num_draft, out, *self._buffers(),
+                               self._pick(workspace))
         return out
 
     def accept(self, state_indices, accepted, num_draft=None, pad_slot_id=PAD_SLOT_ID):

@@ -287,14 +287,18 @@ def test_decode_steps_match_float64_reference(rt, case_cls, split):
                        pool0[[s for s in range(num_slots) if s not in slots]])
 
 
+@SPLIT
 @CASES
-def test_speculative_rounds_match_float64_reference(rt, case_cls):
+def test_speculative_rounds_match_float64_reference(rt, case_cls, split):
     """verify_step + accept (MaxDraft 4) after 13 decode steps, so that the accepted drafts
     fill a window of K = 16; two rounds back to back, then a decode step, materialize and
-    commit. Every draft position is compared with the reference along its draft chain."""
+    commit. Every draft position is compared with the reference along its draft chain. With a
+    workspace (split): decode_step's split replay step and verify_step's split verification."""
     c = case_cls(rt, torch.Generator().manual_seed(4321))
     num_slots, nseq = 5, 2
     pool, pool0, cache, slots, ref = start(c, num_slots, nseq)
+    if split:
+        cache.reserve_workspace(3).fill_(float("nan"))  # scratch: no value may leak
     MD, K = cache.max_draft, cache.commit_interval
     seq_of_row = [1, PAD, 0]  # batch rows: sequence 1, padding, sequence 0
     batch = len(seq_of_row)
@@ -417,5 +421,10 @@ def test_errors_become_python_exceptions(rt):
         cache.decode_step(idx, workspace=small, **step)
     with pytest.raises(RuntimeError, match="workspace must be Float"):
         cache.decode_step(idx, workspace=small.double(), **step)
+    MD = cache.max_draft
+    nd = torch.tensor([MD, 1], dtype=torch.int32, device=DEV)
+    tiny = torch.empty(rt.load().mamba2_verify_workspace_elems(1, c.ngroups), device=DEV)
+    with pytest.raises(RuntimeError, match="smaller than verify_workspace_elems"):
+        cache.verify_step(idx, nd, workspace=tiny, **c.random_step(2 * MD))
     torch.cuda.synchronize()
     assert int(cache.cursor.abs().sum()) == 0  # nothing was launched
