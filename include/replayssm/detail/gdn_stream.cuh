@@ -128,33 +128,13 @@ struct gdn_stream_agent {
   }
   static REPLAYSSM_HD int heads(const params_t& p) { return p.num_v_heads; }  ///< blocks per row
 
+  /// The transposing sum over the RPL lanes that hold the same columns (lane bits 4 and, 8-bit,
+  /// 3): `levels` halvings, after which a lane keeps 4 of its fragments' E columns.
+  using col_sum = transpose_sum<E, 32>;
   /// The lane's first column after the transposing sum: its fragments' first column, plus the
   /// half (quarter) of the fragment's E columns it keeps at each level (see stream()).
   static REPLAYSSM_DEVICE int column(int lane) {
-    int c = (lane % LPR) * E;
-#pragma unroll
-    for (int l = 0; l < levels; ++l)
-      if (lane & (16 >> l)) c += E >> (l + 1);
-    return c;
-  }
-
-  /// Level l of the transposing sum over the RPL lanes that hold the same columns: the lanes
-  /// with bit 16 >> l set keep the upper half of their acc[0 .. 2h) and send the lower half to
-  /// their partner across that bit, which keeps its lower half (a compile-time width per level,
-  /// so that acc stays in registers).
-  template <int l>
-  static REPLAYSSM_DEVICE void transpose_level(float (&acc)[E], int lane) {
-    if constexpr (l < levels) {
-      constexpr int o = 16 >> l, h = E >> (l + 1);
-      const bool upper = (lane & o) != 0;
-#pragma unroll
-      for (int i = 0; i < h; ++i) {
-        const float send = upper ? acc[i] : acc[i + h];
-        const float keep = upper ? acc[i + h] : acc[i];
-        acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-      }
-      transpose_level<l + 1>(acc, lane);
-    }
+    return (lane % LPR) * E + col_sum::template index_after<levels>(lane);
   }
 
   /// The lane's 4 columns of v_j for the warp's steps j = warp + warps i <= n, in type T
@@ -303,9 +283,9 @@ struct gdn_stream_agent {
       for (int e = 0; e < E; ++e) acc[e] = fmaf(frag_get<S>(hr[f], e), rf, acc[e]);
     }
     // Sum over the RPL lanes holding the same columns (lane bits 4 and, 8-bit, 3) by halving
-    // (transpose_level): every lane ends with 4 columns (column(lane) ..), summed over the
-    // warp's 32 rows.
-    transpose_level<0>(acc, lane);
+    // (col_sum): every lane ends with 4 columns (column(lane) ..), summed over the warp's 32
+    // rows.
+    col_sum::template halve<levels>(acc);
     // The buffered (and current) steps' term over the same 4 columns (c_j = 0, v_j = 0 for the
     // steps after n).
 #pragma unroll

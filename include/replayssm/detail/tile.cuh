@@ -62,35 +62,45 @@ REPLAYSSM_DEVICE void pdl_wait() {
 /// by halving: at every level a lane keeps half of its values and sends the other half, so the
 /// group needs F - 1 + log2(Lanes / F) shuffles instead of F log2(Lanes). Afterwards lane l holds
 /// the full sum of value `index(l)` in a[0], as do all lanes with the same `index`; the first of
-/// them is `leader(l)`. F <= Lanes, both powers of two.
+/// them is `leader(l)`. F <= Lanes, both powers of two. `halve<S>` runs only the first S levels
+/// (lane bits Lanes / 2, Lanes / 4, ...): lane l then holds in a[0 .. F >> S) the sums over the
+/// 2^S lanes that differ from it in those bits of values `index_after<S>(l)` + i.
 template <int F, int Lanes>
 struct transpose_sum {
   static_assert(F >= 1 && Lanes <= 32 && (F & (F - 1)) == 0 && (Lanes & (Lanes - 1)) == 0 &&
                     F <= Lanes,
                 "transpose_sum: F and Lanes must be powers of two with F <= Lanes <= 32");
   static constexpr int levels = F >= 32 ? 5 : F >= 16 ? 4 : F >= 8 ? 3 : F >= 4 ? 2 : F >= 2;
-  REPLAYSSM_DEVICE static int index(int lane) {
+  template <int S>
+  REPLAYSSM_DEVICE static int index_after(int lane) {
+    static_assert(S >= 0 && S <= levels, "transpose_sum: at most `levels` halvings");
     int r = 0;
 #pragma unroll
-    for (int s = 0; s < levels; ++s)
+    for (int s = 0; s < S; ++s)
       if (lane & (Lanes >> (s + 1))) r += F >> (s + 1);
     return r;
   }
+  REPLAYSSM_DEVICE static int index(int lane) { return index_after<levels>(lane); }
   REPLAYSSM_DEVICE static bool leader(int lane) { return (lane % (Lanes / F)) == 0; }
-  REPLAYSSM_DEVICE static void run(float (&a)[F]) {
-    const int lane = threadIdx.x & 31;
+  /// (One level per instantiation: a compile-time width per level keeps `a` in registers,
+  /// where a loop over the levels left it in local memory for F = 16.)
+  template <int S, int s = 0>
+  REPLAYSSM_DEVICE static void halve(float (&a)[F]) {
+    static_assert(S >= 0 && S <= levels, "transpose_sum: at most `levels` halvings");
+    if constexpr (s < S) {
+      constexpr int o = Lanes >> (s + 1), h = F >> (s + 1);
+      const bool upper = ((threadIdx.x & 31) & o) != 0;
 #pragma unroll
-    for (int s = 0; s < levels; ++s) {
-      const int o = Lanes >> (s + 1);
-      const bool upper = (lane & o) != 0;
-#pragma unroll
-      for (int i = 0; i < (F >> (s + 1)); ++i) {
-        const int h = F >> (s + 1);
+      for (int i = 0; i < h; ++i) {
         const float send = upper ? a[i] : a[i + h];
         const float keep = upper ? a[i + h] : a[i];
         a[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
       }
+      halve<S, s + 1>(a);
     }
+  }
+  REPLAYSSM_DEVICE static void run(float (&a)[F]) {
+    halve<levels>(a);
 #pragma unroll
     for (int o = Lanes / (2 * F); o >= 1; o >>= 1) a[0] += __shfl_xor_sync(0xffffffffu, a[0], o);
   }
