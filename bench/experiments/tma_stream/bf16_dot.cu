@@ -16,6 +16,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "common.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,14 +26,6 @@
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 namespace {
 
@@ -41,20 +35,6 @@ constexpr int64_t tile = int64_t(P) * N;
 constexpr int64_t set_elems = int64_t(B) * H * tile;
 constexpr int num_sets = 2;
 
-__device__ __forceinline__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return uint32_t(x);
-}
-__global__ void fill_kernel(bf16* p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16(
-        lo + (hi - lo) * (hash32(seed * 0x9e3779b97f4a7c15ull + i) * (1.0f / 4294967296.0f)));
-}
 
 __device__ __forceinline__ float lo16(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -158,30 +138,6 @@ __global__ void __launch_bounds__(256)
   if (t == 1) o[8] = d[2];
 }
 
-struct timer {
-  cudaEvent_t a, b;
-  timer() {
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-  }
-  template <class F>
-  double median_us(F&& launch, int reps = 30) {
-    for (int w = 0; w < 3; ++w) launch(w);
-    std::vector<double> v;
-    for (int r = 0; r < reps; ++r) {
-      CHECK(cudaEventRecord(a));
-      launch(r);
-      CHECK(cudaEventRecord(b));
-      CHECK(cudaEventSynchronize(b));
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, a, b));
-      v.push_back(ms * 1e3);
-    }
-    CHECK(cudaGetLastError());
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-};
 
 float bf2f(bf16 v) { return __bfloat162float(v); }
 
@@ -233,7 +189,7 @@ int main() {
   std::shuffle(slots.begin(), slots.end(), std::mt19937(11));
   CHECK(cudaMemcpy(slot_idx, slots.data(), B * 4, cudaMemcpyHostToDevice));
   CHECK(cudaDeviceSynchronize());
-  timer tm;
+  timer tm(30);
   const double gb = double(set_elems) * 2 / 1e9;
   const double f_us = tm.median_us([&](int r) {
     floor_kernel<<<B * H / 2, 256>>>(state + int64_t(r % num_sets) * set_elems, sink);

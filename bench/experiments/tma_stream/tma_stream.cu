@@ -22,6 +22,8 @@
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/experiments/tma_stream/tma_stream.cu -o tma_stream
 #include <cuda_runtime.h>
 
+#include "common.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,14 +33,6 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 namespace {
 
@@ -47,19 +41,6 @@ constexpr int64_t tile = int64_t(P) * N;  // floats per (slot, head)
 constexpr int64_t set_elems = int64_t(B) * H * tile;
 constexpr int num_sets = 2;
 
-__device__ __forceinline__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return uint32_t(x);
-}
-__global__ void fill_kernel(float* p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = lo + (hi - lo) * (hash32(seed * 0x9e3779b97f4a7c15ull + i) * (1.0f / 4294967296.0f));
-}
 
 // ---------------------------------------------------------------- floor
 constexpr int floor_threads = 256;
@@ -366,30 +347,6 @@ __global__ void __launch_bounds__(128)
   if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-struct timer {
-  cudaEvent_t a, b;
-  timer() {
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-  }
-  template <class F>
-  double median_us(F&& launch, int reps = 20) {
-    for (int w = 0; w < 3; ++w) launch(w);
-    std::vector<double> v;
-    for (int r = 0; r < reps; ++r) {
-      CHECK(cudaEventRecord(a));
-      launch(r);
-      CHECK(cudaEventRecord(b));
-      CHECK(cudaEventSynchronize(b));
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, a, b));
-      v.push_back(ms * 1e3);
-    }
-    CHECK(cudaGetLastError());
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-};
 
 struct data {
   float *state, *C, *scale, *out, *sink, *xbuf, *Bbuf;
@@ -575,7 +532,7 @@ int main() {
   std::shuffle(d.slots.begin(), d.slots.end(), std::mt19937(11));
   CHECK(cudaMemcpy(d.slot_idx, d.slots.data(), B * 4, cudaMemcpyHostToDevice));
   CHECK(cudaDeviceSynchronize());
-  timer tm;
+  timer tm(20);
   const double us = tm.median_us([&](int r) {
     floor_kernel<<<B * H, floor_threads>>>(d.state + int64_t(r % num_sets) * set_elems, d.sink);
   });
