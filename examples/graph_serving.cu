@@ -202,9 +202,17 @@ int main(int argc, char** argv) {
 
   // --- 2. A speculative round (verify every draft position, then accept), captured once. In an
   // engine the target model and its sampler sit between the two launches in the same graph and
-  // write `accepted` on the device; here the accepted counts are drawn before the replay. ---
+  // write `accepted` on the device; here the accepted counts are drawn before the replay. The
+  // verification gets a workspace (verify_workspace_elems floats, engine-owned like the rest):
+  // the split verification, two kernels joined by a programmatic edge in the graph. ---
+  float* workspace;
+  const int64_t ws_elems =
+      rs::mamba2_params<policy>::verify_workspace_elems(BATCH, G, MAX_DRAFT);
+  CHECK_CUDA(cudaMalloc(&workspace, size_t(ws_elems) * sizeof(float)));
+  rs::mamba2_params<policy> pv = p;
+  pv.workspace = workspace, pv.workspace_size = ws_elems;
   CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const rs::result verified = rs::verify_step<MAX_DRAFT>(p, stream);
+  const rs::result verified = rs::verify_step<MAX_DRAFT>(pv, stream);
   const rs::result kept = rs::accept(p, stream);
   CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
   if (!verified || !kept)
@@ -254,7 +262,7 @@ int main(int argc, char** argv) {
   for (void* ptr : {(void*)pool, (void*)buf_x, (void*)buf_B, (void*)buf_dt, (void*)cursor,
                     (void*)arrivals, (void*)x, (void*)z, (void*)out, (void*)B, (void*)C, (void*)dt,
                     (void*)prefill, (void*)slot_idx, (void*)num_draft, (void*)accepted,
-                    (void*)join_idx, (void*)dA, (void*)dbias, (void*)dD})
+                    (void*)join_idx, (void*)dA, (void*)dbias, (void*)dD, (void*)workspace})
     CHECK_CUDA(cudaFree(ptr));
   CHECK_CUDA(cudaGraphExecDestroy(decode_graph));
   CHECK_CUDA(cudaGraphExecDestroy(round_graph));
