@@ -206,8 +206,7 @@ int main(int argc, char** argv) {
   // verification gets a workspace (verify_workspace_elems floats, engine-owned like the rest):
   // the split verification, two kernels joined by a programmatic edge in the graph. ---
   float* workspace;
-  const int64_t ws_elems =
-      rs::mamba2_params<policy>::verify_workspace_elems(BATCH, G, MAX_DRAFT);
+  const int64_t ws_elems = rs::mamba2_params<policy>::verify_workspace_elems(BATCH, G, MAX_DRAFT);
   CHECK_CUDA(cudaMalloc(&workspace, size_t(ws_elems) * sizeof(float)));
   rs::mamba2_params<policy> pv = p;
   pv.workspace = workspace, pv.workspace_size = ws_elems;
