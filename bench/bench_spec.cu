@@ -161,19 +161,24 @@ void bm_gdn_ws(benchmark::State& state) {
   run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 
+/// One benchmark row: `name` runs `fn` with the arguments (a0, a1, kind), named `names`.
+void add_row(const std::string& name, void (*fn)(benchmark::State&),
+             const std::vector<std::string>& names, int a0, int a1, int kind) {
+  benchmark::RegisterBenchmark(name.c_str(), fn)
+      ->Args({a0, a1, kind})
+      ->ArgNames(names)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
 /// The commit interval for speculative decoding: Mamba-2 rounds with a workspace at K = Kc
 /// (rows "spec/mamba2/H128_G8_ws_K<Kc>/T<Tn>/replay_round"; the eager round is K's own row).
 /// A longer window folds less often (one fold per K accepted tokens) but replays more steps.
 template <int Tn, int Kc>
 void register_interval() {
-  benchmark::RegisterBenchmark(("spec/mamba2/H128_G8_ws_K" + std::to_string(Kc) + "/T" +
-                                std::to_string(Tn) + "/replay_round")
-                                   .c_str(),
-                               bm_mamba2_ws<Tn, Kc>)
-      ->Args({128, 8, int(kind::replay_round)})
-      ->ArgNames({"H", "G", "replay"})
-      ->UseManualTime()
-      ->Unit(benchmark::kMicrosecond);
+  add_row(
+      "spec/mamba2/H128_G8_ws_K" + std::to_string(Kc) + "/T" + std::to_string(Tn) + "/replay_round",
+      bm_mamba2_ws<Tn, Kc>, {"H", "G", "replay"}, 128, 8, int(kind::replay_round));
 }
 
 template <int Tn>
@@ -183,32 +188,17 @@ void register_rounds() {
   for (int replay : {0, 1, 2, 3}) {
     const char* names[] = {"/eager_round", "/replay_round", "/verify_nofold", "/verify_fold"};
     const std::string label = names[replay];
-    benchmark::RegisterBenchmark(("spec/mamba2/H128_G8" + t + label).c_str(), bm_mamba2<Tn>)
-        ->Args({128, 8, replay})
-        ->ArgNames({"H", "G", "replay"})
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+    add_row("spec/mamba2/H128_G8" + t + label, bm_mamba2<Tn>, {"H", "G", "replay"}, 128, 8, replay);
     if (replay != 0)  // the split verification (the eager round is the same)
-      benchmark::RegisterBenchmark(("spec/mamba2/H128_G8_ws" + t + label).c_str(), bm_mamba2_ws<Tn>)
-          ->Args({128, 8, replay})
-          ->ArgNames({"H", "G", "replay"})
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      add_row("spec/mamba2/H128_G8_ws" + t + label, bm_mamba2_ws<Tn>, {"H", "G", "replay"}, 128, 8,
+              replay);
     for (int hv : {64, 32})
-      benchmark::RegisterBenchmark(
-          ("spec/gdn/Hv" + std::to_string(hv) + "_Hk16" + t + label).c_str(), bm_gdn<Tn>)
-          ->Args({hv, 16, replay})
-          ->ArgNames({"Hv", "Hk", "replay"})
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      add_row("spec/gdn/Hv" + std::to_string(hv) + "_Hk16" + t + label, bm_gdn<Tn>,
+              {"Hv", "Hk", "replay"}, hv, 16, replay);
     if (replay != 0)  // the split verification beside them (the eager round is the same)
       for (int hv : {64, 32})
-        benchmark::RegisterBenchmark(
-            ("spec/gdn/Hv" + std::to_string(hv) + "_Hk16_ws" + t + label).c_str(), bm_gdn_ws<Tn>)
-            ->Args({hv, 16, replay})
-            ->ArgNames({"Hv", "Hk", "replay"})
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond);
+        add_row("spec/gdn/Hv" + std::to_string(hv) + "_Hk16_ws" + t + label, bm_gdn_ws<Tn>,
+                {"Hv", "Hk", "replay"}, hv, 16, replay);
   }
 }
 
