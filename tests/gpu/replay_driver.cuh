@@ -48,6 +48,21 @@ replay_run_config default_run_config() {
   return cfg;
 }
 
+/// The output tolerance of a case: its outputs' own rounding (default_run_config) and, for a
+/// precision pair with a 16-bit serving copy, the copy's: outputs read it, 4u (test_precision.cu
+/// says why; bf16 u = 2^-8, fp16 u = 2^-11).
+template <class Case>
+double output_tol() {
+  using policy = typename Case::policy_t;
+  double tol = default_run_config<typename Case::T>().tol;
+  if constexpr (policy::has_serving_copy) {
+    using S = typename policy::serving_type;
+    static_assert(sizeof(S) == 2, "output_tol: bounds for 16-bit serving copies only");
+    tol = std::max(tol, 4 * std::ldexp(1.0, std::is_same<S, __half>::value ? -11 : -8));
+  }
+  return tol;
+}
+
 /// The launches the driver makes, through the case's params (the pool they act on, the rows,
 /// the output buffer) and its view of a caller's state buffer with `rows` rows.
 template <class Case>

@@ -178,7 +178,7 @@ void run_branches(Case& c, int steps, std::mt19937_64& rng) {
   c.allocate(nb, num_slots, rng);
   rtest::case_launches<Case> launch{c};
   const size_t out_n = c.out_row_elems();
-  const double tol = rtest::default_run_config<typename Case::T>().tol;
+  const double tol = rtest::output_tol<Case>();
   rtest::dev_array<int32_t> ckpt_of(num_slots), branch_slots(nb), write_idx(nb), src(nb);
   {
     std::vector<int32_t> id(num_slots);
@@ -218,9 +218,19 @@ void run_branches(Case& c, int steps, std::mt19937_64& rng) {
     RTEST_OK(fork(p, 0));
   }
   RTEST_CUDA(cudaDeviceSynchronize());
-  const size_t shared_bytes = c.state_elems() * sizeof(float);
+  // The shared checkpoint: pool slot 0, and for a precision pair its serving copy too.
+  constexpr bool pair = Case::policy_t::has_serving_copy;
+  const size_t master_bytes = c.state_elems() * sizeof(float);
+  const size_t shared_bytes =
+      master_bytes + (pair ? c.state_elems() * sizeof(typename Case::policy_t::serving_type) : 0);
   std::vector<unsigned char> shared(shared_bytes), now(shared_bytes);
-  RTEST_CUDA(cudaMemcpy(shared.data(), c.pool_r.ptr, shared_bytes, cudaMemcpyDeviceToHost));
+  auto read_shared = [&](std::vector<unsigned char>& to) {
+    RTEST_CUDA(cudaMemcpy(to.data(), c.pool_r.ptr, master_bytes, cudaMemcpyDeviceToHost));
+    if constexpr (pair)
+      RTEST_CUDA(cudaMemcpy(to.data() + master_bytes, c.serving_r.ptr,
+                            shared_bytes - master_bytes, cudaMemcpyDeviceToHost));
+  };
+  read_shared(shared);
   std::vector<typename Case::ref_state> ref(nb, root);
   auto p = params(nb);
   p.branch.write_idx = write_idx.ptr;
@@ -251,13 +261,13 @@ void run_branches(Case& c, int steps, std::mt19937_64& rng) {
       INFO("step " << t << " branch " << b);
       REQUIRE(e.value() < tol);
     }
-    RTEST_CUDA(cudaMemcpy(now.data(), c.pool_r.ptr, shared_bytes, cudaMemcpyDeviceToHost));
+    read_shared(now);
     INFO("step " << t);
     REQUIRE(now == shared);  // the shared checkpoint is never written
   }
   branch_slots.upload({0, 1, 2});
   RTEST_OK(commit(p, 0));  // folds what each branch has buffered, into its own pool slot
-  RTEST_CUDA(cudaMemcpy(now.data(), c.pool_r.ptr, shared_bytes, cudaMemcpyDeviceToHost));
+  read_shared(now);
   REQUIRE(now == shared);
   const auto where = ckpt_of.download();
   for (int b = 0; b < nb; ++b) {
@@ -281,6 +291,7 @@ void run_branches(Case& c, int steps, std::mt19937_64& rng) {
 
 using m2 = replay_policy<rules::mamba2<64, 128, float>, 16, 16>;
 using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 16, 16>;
+using m2_pair = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::fp32_bf16>;
 using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 16, 8>;
 
 }  // namespace
@@ -327,6 +338,13 @@ TEST_CASE("branches forked from one sequence share its checkpoint and never writ
     rtest::mamba2_case<m2> c(16, 2, true);
     c.use_workspace = true;
     run_branches(c, steps, rng);
+  }
+  SECTION("mamba2 fp32 + bf16 pair, fused and split (commits write master and copy elsewhere)") {
+    rtest::mamba2_case<m2_pair> c(16, 2, true);
+    run_branches(c, steps, rng);
+    rtest::mamba2_case<m2_pair> d(16, 2, true);
+    d.use_workspace = true;
+    run_branches(d, steps, rng);
   }
   SECTION("gated deltanet kv") {
     rtest::gdn_case<gdn> c(2, 4);

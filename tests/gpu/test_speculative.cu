@@ -74,11 +74,7 @@ void run_spec_rounds(Case& c, int rounds, std::mt19937_64& rng) {
   using policy = typename Case::policy_t;
   // The eager engines' round runs beside chains; it has no precision pair (one state).
   constexpr bool baseline = !Tree && !policy::has_serving_copy;
-  double tol = rtest::default_run_config<typename Case::T>().tol;  // output rounding
-  if constexpr (policy::has_serving_copy)  // outputs read the 16-bit copy: 4u (test_precision)
-    tol = std::max(
-        tol,
-        4 * std::ldexp(1.0, std::is_same<typename policy::serving_type, __half>::value ? -11 : -8));
+  const double tol = rtest::output_tol<Case>();
   std::vector<int> perm(num_slots);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
