@@ -227,8 +227,8 @@ void run_branches(Case& c, int steps, std::mt19937_64& rng) {
   auto read_shared = [&](std::vector<unsigned char>& to) {
     RTEST_CUDA(cudaMemcpy(to.data(), c.pool_r.ptr, master_bytes, cudaMemcpyDeviceToHost));
     if constexpr (pair)
-      RTEST_CUDA(cudaMemcpy(to.data() + master_bytes, c.serving_r.ptr,
-                            shared_bytes - master_bytes, cudaMemcpyDeviceToHost));
+      RTEST_CUDA(cudaMemcpy(to.data() + master_bytes, c.serving_r.ptr, shared_bytes - master_bytes,
+                            cudaMemcpyDeviceToHost));
   };
   read_shared(shared);
   std::vector<typename Case::ref_state> ref(nb, root);
