@@ -2,6 +2,7 @@
 // trees and the cursor clamp.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <replayssm/replayssm.cuh>
 #include <vector>
@@ -96,5 +97,22 @@ TEST_CASE("8-bit serving copies: codes round to nearest and saturate, scales cov
   CHECK(i8::encode(std::nanf("")) == 0);
   CHECK(row_scale<int8_t>(2.54f) == 2.54f / 127.f);
   const float amax = 3.7f, sc = row_scale<__nv_fp8_e4m3>(amax);
-  CHECK(fp8::decode(fp8::encode(amax / sc)) * sc == Approx(amax).epsilon(1e-6));
+  CHECK(fp8::decode(fp8::encode(amax * (1.f / sc))) * sc == Approx(amax).epsilon(1e-6));
+  // decode2 (the stream kernels' paired decode) equals two decodes, for every pair of codes
+  // (bits; NaN codes decode to NaN either way).
+  auto same = [](float a, float b) {
+    uint32_t x, y;
+    std::memcpy(&x, &a, 4);
+    std::memcpy(&y, &b, 4);
+    return x == y || (a != a && b != b);
+  };
+  int bad8 = 0, badi = 0;
+  for (uint32_t w = 0; w < 65536; ++w) {
+    const float2 f = fp8::decode2(w), i = i8::decode2(w);
+    bad8 += !same(f.x, fp8::decode(uint8_t(w))) || !same(f.y, fp8::decode(uint8_t(w >> 8)));
+    badi += !same(i.x, i8::decode(uint8_t(w))) || !same(i.y, i8::decode(uint8_t(w >> 8)));
+  }
+  CHECK(bad8 == 0);
+  CHECK(badi == 0);
+  CHECK(fp8::decode2(0xABCD0000u | 0x4038u).x == fp8::decode(0x38));  // bits 16-31 ignored
 }

@@ -159,7 +159,8 @@ void run_precision(Case& c, int all_steps, std::mt19937_64& rng) {
               for (int j = 0; j < seg; ++j) amax = std::fmax(amax, std::fabs(m[e0 + j]));
               const float s8 = replayssm::detail::row_scale<S>(amax);
               want_sc[size_t(h) * scales_per_head + size_t(g) * rows + i] = s8;
-              for (int j = 0; j < seg; ++j) want[e0 + j] = code::encode(m[e0 + j] / s8);
+              const float inv = 1.f / s8;  // as the device: value * (1 / scale) (store_scaled)
+              for (int j = 0; j < seg; ++j) want[e0 + j] = code::encode(m[e0 + j] * inv);
             }
       } else {
         for (size_t i = 0; i < c.state_elems(); ++i) {

@@ -280,7 +280,11 @@ struct gdn_stream_agent {
       float rf = __shfl_sync(0xffffffffu, r_lane, f * RPL + half);  // r of row k0 + f RPL + half
       if constexpr (scaled) rf *= sc[f];
 #pragma unroll
-      for (int e = 0; e < E; ++e) acc[e] = fmaf(frag_get<S>(hr[f], e), rf, acc[e]);
+      for (int e = 0; e < E; e += 2) {  // (pairs: frag_get2)
+        const float2 q = frag_get2<S>(hr[f], e);
+        acc[e] = fmaf(q.x, rf, acc[e]);
+        acc[e + 1] = fmaf(q.y, rf, acc[e + 1]);
+      }
     }
     // Sum over the RPL lanes holding the same columns (lane bits 4 and, 8-bit, 3) by halving
     // (col_sum): every lane ends with 4 columns (column(lane) ..), summed over the warp's 32

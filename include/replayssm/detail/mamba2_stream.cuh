@@ -250,11 +250,17 @@ struct mamba2_stream_agent {
       float v[R];
 #pragma unroll
       for (int k = 0; k < KL; ++k) {
-        // (as before: the first term a product, not fma(.., 0))
-        float d = frag_get<S>(hr[k], E - 1) * frag_get<T>(cr[(E - 1) / xe], (E - 1) % xe);
+        // (as before: the first term a product, not fma(.., 0); the state's elements read in
+        // pairs, frag_get2, the terms summed from the last element down as before)
+        const float2 top = frag_get2<S>(hr[k], E - 2);
+        float d = top.y * frag_get<T>(cr[(E - 1) / xe], (E - 1) % xe);
+        d = fmaf(top.x, frag_get<T>(cr[(E - 2) / xe], (E - 2) % xe), d);
 #pragma unroll
-        for (int e = E - 2; e >= 0; --e)
-          d = fmaf(frag_get<S>(hr[k], e), frag_get<T>(cr[e / xe], e % xe), d);
+        for (int e = E - 4; e >= 0; e -= 2) {
+          const float2 q = frag_get2<S>(hr[k], e);
+          d = fmaf(q.y, frag_get<T>(cr[(e + 1) / xe], (e + 1) % xe), d);
+          d = fmaf(q.x, frag_get<T>(cr[e / xe], e % xe), d);
+        }
         if constexpr (scaled) d *= sc[k];  // (the code dot, then the row's scale)
 #pragma unroll
         for (int q = 0; q < RPL; ++q) {
