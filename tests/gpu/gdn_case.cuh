@@ -26,6 +26,8 @@ struct gdn_case {
   dev_array<float> pool_r, pool_e, bks, bg, bbeta, g, beta;
   /// Pairs: the serving copy of pool_r's checkpoints (poisoned until a load or a commit writes).
   dev_array<typename Policy::serving_type> serving_r{1};
+  /// 8-bit copies: their row scales (`serving_scales_per_head` per head and slot; poisoned too).
+  dev_array<float> serving_scale_r{1};
   dev_array<T> q, k, v, out_r, out_e, bk, bv;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
@@ -44,6 +46,9 @@ struct gdn_case {
   // The device layout per head, rows x row_len with the contiguous dimension last, and the
   // columns one 8-bit copy scale covers (a tile's columns of V in kv, a whole row in vk).
   int heads() const { return cfg.num_v_heads; }
+  size_t serving_scales_per_slot() const {
+    return size_t(heads()) * gdn_params<Policy>::serving_scales_per_head;
+  }
   int rows_per_head() const { return kv ? KD : VD; }
   int row_len() const { return kv ? VD : KD; }
   static constexpr int scale_seg = kv ? Policy::tile : KD;
@@ -56,6 +61,10 @@ struct gdn_case {
     if constexpr (Policy::has_serving_copy) {
       serving_r = dev_array<typename Policy::serving_type>(slots * state_elems());
       serving_r.poison();
+    }
+    if constexpr (Policy::scaled_copy) {
+      serving_scale_r = dev_array<float>(size_t(slots) * serving_scales_per_slot());
+      serving_scale_r.poison();
     }
     pool_e = dev_array<float>(slots * state_elems());
     bk = dev_array<T>(size_t(slots) * L * Hk * KD);
@@ -205,6 +214,9 @@ struct gdn_case {
       p.state = rows_pool(pool, num_slots);
     if constexpr (Policy::has_serving_copy)  // the replay pool's copy (eager pools have none)
       p.serving = rows_pool(serving_r.ptr, num_slots);
+    if constexpr (Policy::scaled_copy)
+      p.serving_scale = {serving_scale_r.ptr, int64_t(serving_scales_per_slot()),
+                         int64_t(decltype(p)::serving_scales_per_head), num_slots};
     p.buffer = {bk.ptr, bks.ptr, bv.ptr, bg.ptr, bbeta.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     if (use_workspace) {

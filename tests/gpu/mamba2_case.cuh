@@ -26,6 +26,8 @@ struct mamba2_case {
   dev_array<float> A, dt_bias, D, pool_r, pool_e, bdt;
   /// Pairs: the serving copy of pool_r's checkpoints (poisoned until a load or a commit writes).
   dev_array<typename Policy::serving_type> serving_r{1};
+  /// 8-bit copies: their row scales (`serving_scales_per_head` per head and slot; poisoned too).
+  dev_array<float> serving_scale_r{1};
   dev_array<T> x, dt, B, C, z, out_r, out_e, bx, bB;
   dev_array<int32_t> cursor;
   dev_array<uint32_t> arrivals;
@@ -44,6 +46,9 @@ struct mamba2_case {
   size_t state_elems() const { return size_t(cfg.nheads) * P * N; }
   // The device layout per head (rows x row_len) and the columns one 8-bit copy scale covers.
   int heads() const { return cfg.nheads; }
+  size_t serving_scales_per_slot() const {
+    return size_t(heads()) * mamba2_params<Policy>::serving_scales_per_head;
+  }
   int rows_per_head() const { return P; }
   int row_len() const { return N; }
   static constexpr int scale_seg = N;
@@ -75,6 +80,10 @@ struct mamba2_case {
     if constexpr (Policy::has_serving_copy) {
       serving_r = dev_array<typename Policy::serving_type>(slots * state_elems());
       serving_r.poison();
+    }
+    if constexpr (Policy::scaled_copy) {
+      serving_scale_r = dev_array<float>(size_t(slots) * serving_scales_per_slot());
+      serving_scale_r.poison();
     }
     pool_e = dev_array<float>(slots * state_elems());
     bx = dev_array<T>(size_t(slots) * L * H * P);
@@ -202,6 +211,9 @@ struct mamba2_case {
       p.state = rows_pool(pool, num_slots);
     if constexpr (Policy::has_serving_copy)  // the replay pool's copy (eager pools have none)
       p.serving = rows_pool(serving_r.ptr, num_slots);
+    if constexpr (Policy::scaled_copy)
+      p.serving_scale = {serving_scale_r.ptr, int64_t(serving_scales_per_slot()),
+                         int64_t(decltype(p)::serving_scales_per_head), num_slots};
     p.buffer = {bx.ptr, bB.ptr, bdt.ptr};
     p.cursors = {cursor.ptr, arrivals.ptr};
     if (use_workspace) {

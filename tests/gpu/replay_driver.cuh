@@ -48,18 +48,25 @@ replay_run_config default_run_config() {
   return cfg;
 }
 
+/// The relative error of one stored element of S: round to nearest of the type (bf16 2^-8, fp16
+/// 2^-11, fp8 e4m3 2^-4); int8 codes err by half a step of the row's scale, which relative to
+/// the typical element (a few times smaller than the row's largest) is about 2^-5.
+template <class S>
+double unit_roundoff() {
+  if (std::is_same<S, __half>::value) return std::ldexp(1.0, -11);
+  if (std::is_same<S, __nv_fp8_e4m3>::value) return std::ldexp(1.0, -4);
+  if (std::is_same<S, int8_t>::value) return std::ldexp(1.0, -5);
+  return std::ldexp(1.0, -8);
+}
+
 /// The output tolerance of a case: its outputs' own rounding (default_run_config) and, for a
-/// precision pair with a 16-bit serving copy, the copy's: outputs read it, 4u (test_precision.cu
-/// says why; bf16 u = 2^-8, fp16 u = 2^-11).
+/// precision pair, the serving copy's: outputs read it, 4u (test_precision.cu says why).
 template <class Case>
 double output_tol() {
   using policy = typename Case::policy_t;
   double tol = default_run_config<typename Case::T>().tol;
-  if constexpr (policy::has_serving_copy) {
-    using S = typename policy::serving_type;
-    static_assert(sizeof(S) == 2, "output_tol: bounds for 16-bit serving copies only");
-    tol = std::max(tol, 4 * std::ldexp(1.0, std::is_same<S, __half>::value ? -11 : -8));
-  }
+  if constexpr (policy::has_serving_copy)
+    tol = std::max(tol, 4 * unit_roundoff<typename policy::serving_type>());
   return tol;
 }
 

@@ -24,16 +24,6 @@ namespace {
 
 using namespace replayssm;
 
-/// The relative error of one stored element: round to nearest of the type (bf16 2^-8, fp16
-/// 2^-11, fp8 e4m3 2^-4); int8 codes err by half a step of the row's scale, which relative to
-/// the typical element (a few times smaller than the row's largest) is about 2^-5.
-template <class S>
-double unit_roundoff() {
-  if (std::is_same<S, __half>::value) return std::ldexp(1.0, -11);
-  if (std::is_same<S, __nv_fp8_e4m3>::value) return std::ldexp(1.0, -4);
-  if (std::is_same<S, int8_t>::value) return std::ldexp(1.0, -5);
-  return std::ldexp(1.0, -8);
-}
 const char* type_name(__nv_bfloat16) { return "bf16"; }
 const char* type_name(__half) { return "fp16"; }
 const char* type_name(__nv_fp8_e4m3) { return "fp8 e4m3"; }
@@ -51,29 +41,26 @@ void run_precision(Case& c, int all_steps, std::mt19937_64& rng) {
   // A single 8-bit checkpoint rounds coarsely at every commit (the contrast the pairs avoid): a
   // shorter run keeps its bound below 1.
   const int steps = Policy::scaled_state ? all_steps / 8 : all_steps;
-  const double u = unit_roundoff<S>();
+  const double u = rtest::unit_roundoff<S>();
   const int batch = 3, num_slots = 4;
   c.allocate(batch, num_slots, rng);
   const size_t out_n = c.out_row_elems();
   // The checkpoint pool of the master type (the case's fp32 pool for pairs); a pair's copy is
-  // the case's serving_r (poisoned at allocation, set in its params).
+  // the case's serving_r, an 8-bit copy's scales its serving_scale_r (poisoned at allocation, set
+  // in its params).
   rtest::dev_array<M> typed(std::is_same<M, float>::value ? 0 : num_slots * c.state_elems());
   using params_t = decltype(c.params(nullptr, nullptr, 0, -1, nullptr));
   constexpr int scales_per_head = params_t::serving_scales_per_head;
-  const size_t scales_per_slot = size_t(c.heads()) * scales_per_head;
-  rtest::dev_array<float> scales(Policy::scaled_copy ? num_slots * scales_per_slot : 0);
+  const size_t scales_per_slot = c.serving_scales_per_slot();
   rtest::dev_array<float> state_scales(Policy::scaled_state ? num_slots * scales_per_slot : 0);
   if (state_scales.n) state_scales.poison();
   if (typed.n) typed.poison();
-  if (scales.n) scales.poison();
   rtest::dev_array<int32_t> slots(batch), live(2);
   slots.upload({2, -1, 0});
   live.upload({2, 0});
   auto params = [&](const int32_t* idx, int rows) {
     auto p = c.params(c.pool_r.ptr, idx, rows, -1, c.out_r.ptr);
     if constexpr (!std::is_same<M, float>::value) p.state = c.rows_pool(typed.ptr, num_slots);
-    if constexpr (Policy::scaled_copy)
-      p.serving_scale = {scales.ptr, int64_t(scales_per_slot), scales_per_head, num_slots};
     if constexpr (Policy::scaled_state)
       p.state_scale = {state_scales.ptr, int64_t(scales_per_slot), scales_per_head, num_slots};
     return p;
@@ -141,7 +128,7 @@ void run_precision(Case& c, int all_steps, std::mt19937_64& rng) {
     const auto master = c.pool_r.download();
     const auto cp = c.serving_r.download();
     std::vector<float> sc;
-    if constexpr (Policy::scaled_copy) sc = scales.download();
+    if constexpr (Policy::scaled_copy) sc = c.serving_scale_r.download();
     std::vector<unsigned char> want(sizeof(S) * c.state_elems());
     std::vector<float> want_sc(scales_per_slot);
     for (int slot = 0; slot < num_slots; ++slot) {

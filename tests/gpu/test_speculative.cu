@@ -296,6 +296,10 @@ using m2_wide = replay_policy<rules::mamba2<64, 128, float>, 48, 16, precision::
 using m2_pair = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32_bf16>;
 using gdn_pair =
     replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16, precision::fp32_fp16>;
+// 8-bit copies (codes with a scale per row, load_scaled / store_scaled in the verification).
+using m2_pair8 = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32_fp8>;
+using gdn_pair8 =
+    replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16, precision::fp32_int8>;
 using gdn_tiles =
     replay_policy<rules::gated_deltanet<128, 128, float>, 24, 16, precision::fp32, 64, 128>;
 // With a workspace, verify_step of an fp32 policy with headdim 64, dstate 128 and Tile == HeadDim
@@ -352,6 +356,10 @@ TEST_CASE("speculative rounds verify every draft position and accept the verifie
   }
   SECTION("mamba2 fp32 master + bf16 copy, drafts up to 4") {
     rtest::mamba2_case<m2_pair> c(32, 4, true);
+    run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION("mamba2 fp32 master + fp8 copy, drafts up to 4") {
+    rtest::mamba2_case<m2_pair8> c(32, 4, true);
     run_spec_rounds<4>(c, rounds, rng);
   }
   SECTION("mamba2 split verification (workspace), drafts up to 8") {
@@ -415,6 +423,10 @@ TEST_CASE("token trees give every node its path output and the accepted path bec
   }
   SECTION("gated deltanet fp32 master + fp16 copy, trees of up to 4 drafts") {
     rtest::gdn_case<gdn_pair> c(4, 8);
+    run_spec_rounds<4, true>(c, rounds, rng);
+  }
+  SECTION("gated deltanet fp32 master + int8 copy, trees of up to 4 drafts") {
+    rtest::gdn_case<gdn_pair8> c(4, 8);
     run_spec_rounds<4, true>(c, rounds, rng);
   }
   SECTION("mamba2 split verification (workspace), trees of up to 8 drafts") {
