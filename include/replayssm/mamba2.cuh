@@ -25,7 +25,9 @@ struct mamba2_weights {
 ///
 /// Each row's vectors are contiguous; batch, head and group strides are in elements, so fused
 /// projections (x, B, C, z sliced out of one `in_proj` output) are described without copies.
-/// dt is one scalar per head (tied over headdim).
+/// dt is one scalar per head (tied over headdim). With more than one input row, every batch
+/// stride must cover a row (`dt_batch_stride >= (nheads - 1) * dt_head_stride + 1`, the others
+/// `>= heads (groups) * head (group) stride`), so the default 0 of `dt_batch_stride` is refused.
 template <class T>
 struct mamba2_inputs {
   const T* x = nullptr;  ///< `[batch, nheads, headdim]`

@@ -17,6 +17,11 @@ using gvkpol = replay_policy<rules::gated_deltanet<128, 128, float, state_layout
 alignas(16) float fake_f[64];
 alignas(16) int32_t fake_i[64];
 alignas(16) uint32_t fake_u[64];
+// The arrays a launch writes are distinct (the launchers refuse one array passed twice): the
+// checkpoint pool, the buffer's arrays (16 floats apart, 16-byte aligned) and the branch map.
+alignas(16) float fake_state[64];
+alignas(16) float fake_buf[5 * 16];
+alignas(16) int32_t fake_map[64];
 
 template <class Policy = m2pol>
 mamba2_params<Policy> valid_mamba2() {
@@ -42,8 +47,8 @@ mamba2_params<Policy> valid_mamba2() {
   p.in.out_head_stride = 64;
   p.rows = {fake_i, -1, 4};
   using M = typename Policy::master_type;
-  p.state = {reinterpret_cast<M*>(fake_f), 8 * 64 * 128, 64 * 128, 128, 10};
-  p.buffer = {fake_f, fake_f, fake_f};
+  p.state = {reinterpret_cast<M*>(fake_state), 8 * 64 * 128, 64 * 128, 128, 10};
+  p.buffer = {fake_buf, fake_buf + 16, fake_buf + 32};
   p.cursors = {fake_i, fake_u};
   return p;
 }
@@ -72,8 +77,8 @@ gdn_params<Policy> valid_gdn() {
   p.in.out_batch_stride = 8 * 128;
   p.in.out_head_stride = 128;
   p.rows = {fake_i, -1, 4};
-  p.state = {fake_f, 8 * 128 * 128, 128 * 128, 128, 10};
-  p.buffer = {fake_f, fake_f, fake_f, fake_f, fake_f};
+  p.state = {fake_state, 8 * 128 * 128, 128 * 128, 128, 10};
+  p.buffer = {fake_buf, fake_buf + 16, fake_buf + 32, fake_buf + 48, fake_buf + 64};
   p.cursors = {fake_i, fake_u};
   return p;
 }
@@ -122,11 +127,98 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
   expect_after([](auto& p) { p.in.x_head_stride = 32; }, status::bad_stride, "head strides");
   expect_after([](auto& p) { p.in.B_group_stride = 100; }, status::bad_stride, "group strides");
   expect_after([](auto& p) { p.in.x_batch_stride = 64; }, status::bad_stride, "batch stride");
+  // dt: its batch stride defaults to 0 (every row would read row 0's dt, and buffer it)
+  expect_after([](auto& p) { p.in.dt_batch_stride = 0; }, status::bad_stride, "dt_batch_stride");
+  expect_after([](auto& p) { p.in.dt_batch_stride = 7; }, status::bad_stride, "dt_batch_stride");
+  expect_after([](auto& p) { p.in.dt_head_stride = 0; }, status::bad_stride, "dt_head_stride");
+  expect_after([](auto& p) { p.in.dt_head_stride = -1; }, status::bad_stride, "dt_head_stride");
+  expect_after(
+      [](auto& p) {  // a gate whose batch stride was left at its default of 0
+        p.in.z = fake_f;
+        p.in.z_head_stride = 64;
+      },
+      status::bad_stride, "batch stride (x, z, out, B or C)");
   expect_after([](auto& p) { p.buffer.B = nullptr; }, status::null_pointer, "buffer");
   expect_after([](auto& p) { p.buffer.x = fake_f + 1; }, status::misaligned_pointer, "buffer.x");
   expect_after([](auto& p) { p.cursors.cursor = nullptr; }, status::null_pointer, "cursors.cursor");
   expect_after([](auto& p) { p.cursors.arrivals = nullptr; }, status::null_pointer, "arrivals");
 
+  SECTION("dt and z strides: rows must not share what they read; other layouts pass") {
+    auto p = valid_mamba2();
+    p.in.dt_head_stride = 2;           // dt interleaved with another per-head scalar
+    p.in.dt_batch_stride = 2 * 7 + 1;  // rows exactly one extent apart: no element shared
+    CHECK(validate_mamba2(p, true, true, true).ok());
+    p.in.dt_batch_stride = 2 * 7;  // row b + 1 starts on row b's last head
+    CHECK(validate_mamba2(p, true, true, true).code == status::bad_stride);
+    auto one = valid_mamba2();
+    one.rows.batch = 1;  // one row: the batch strides are never used
+    one.in.dt_batch_stride = 0;
+    one.in.z = fake_f;
+    one.in.z_head_stride = 64;
+    CHECK(validate_mamba2(one, true, true, true).ok());
+    auto single_head = valid_mamba2();
+    single_head.nheads = 1;  // (ngroups 1) one head: dt's head stride is never used
+    single_head.ngroups = 1;
+    single_head.in.dt_head_stride = 0;
+    single_head.in.dt_batch_stride = 1;
+    CHECK(validate_mamba2(single_head, true, true, true).ok());
+    auto gated = valid_mamba2();
+    gated.in.z = fake_f;
+    gated.in.z_head_stride = 64;
+    gated.in.z_batch_stride = 8 * 64;
+    CHECK(validate_mamba2(gated, true, true, true).ok());
+    gated.in.z = nullptr;  // no gate: its strides are not read
+    gated.in.z_batch_stride = -5;
+    CHECK(validate_mamba2(gated, true, true, true).ok());
+  }
+  SECTION("the arrays a launch writes are distinct") {
+    auto expect_alias = [](const mamba2_params<m2pol>& p) {
+      const result r = decode_step(p, nullptr);
+      INFO(r.message);
+      CHECK(r.code == status::bad_stride);
+      CHECK(mentions(r, "distinct arrays"));
+    };
+    auto p = valid_mamba2();
+    p.buffer.B = p.buffer.x;  // one array passed twice
+    expect_alias(p);
+    p = valid_mamba2();
+    p.buffer.dt = fake_state;  // the buffer's dt over the checkpoints
+    expect_alias(p);
+    p = valid_mamba2();
+    p.cursors.arrivals = reinterpret_cast<uint32_t*>(p.cursors.cursor);
+    expect_alias(p);
+    auto eager = valid_mamba2();  // eager does not use the buffer: it is not compared
+    eager.buffer = {fake_state, fake_state, fake_state};
+    CHECK(validate_mamba2(eager, true, false, true).ok());
+    using ppol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::fp32_bf16>;
+    auto q = valid_mamba2<ppol>();
+    q.serving = {reinterpret_cast<__nv_bfloat16*>(fake_state), 8 * 64 * 128, 64 * 128, 128, 10};
+    result r = decode_step(q, nullptr);  // the copy over its own master
+    CHECK(r.code == status::bad_stride);
+    CHECK(mentions(r, "distinct arrays"));
+    using f8pol = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::fp32_fp8>;
+    auto e = valid_mamba2<f8pol>();
+    e.serving = {reinterpret_cast<__nv_fp8_e4m3*>(fake_f), 8 * 64 * 128, 64 * 128, 128, 10};
+    e.serving_scale = {fake_buf, 8 * 64, 64, 10};  // the scales over buffer.x
+    r = decode_step(e, nullptr);
+    CHECK(r.code == status::bad_stride);
+    CHECK(mentions(r, "distinct arrays"));
+    e.serving_scale.data = fake_f + 32;
+    CHECK(validate_mamba2(e, true, true, true).ok());
+  }
+  SECTION("materialize and eager_draft_step do not write into the state pool") {
+    auto p = valid_mamba2();
+    const state_pool_ref pool{fake_state, 8 * 64 * 128, 64 * 128, 128, 10};
+    result r = materialize(p, pool, nullptr);  // rows by batch row: other slots' checkpoints
+    INFO(r.message);
+    CHECK(r.code == status::bad_stride);
+    CHECK(mentions(r, "state pool itself"));
+    p.spec.num_draft = fake_i;
+    r = eager_draft_step<2>(p, state_pool_ref{fake_state, 8 * 64 * 128, 64 * 128, 128, 8}, nullptr);
+    INFO(r.message);
+    CHECK(r.code == status::bad_stride);
+    CHECK(mentions(r, "state pool itself"));
+  }
   SECTION("eager needs no buffer, commit needs no step inputs") {
     auto p = valid_mamba2();
     p.buffer = {};
@@ -178,7 +270,11 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     r = fork(p, nullptr);
     CHECK(r.code == status::null_pointer);
     CHECK(mentions(r, "fork_src"));
-    p.branch.ckpt_of = fake_i;
+    p.branch.ckpt_of = p.cursors.cursor;  // the checkpoint map passed as the cursors
+    r = decode_step(p, nullptr);
+    CHECK(r.code == status::bad_stride);
+    CHECK(mentions(r, "branch.ckpt_of"));
+    p.branch.ckpt_of = fake_map;
     r = fork(p, nullptr);
     CHECK(r.code == status::null_pointer);
     p.cursors.cursor = nullptr;  // fork copies cursors: they are required
@@ -315,6 +411,23 @@ TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu]
                "buffer.k and buffer.v");
   expect_after([](auto& p) { p.cursors.arrivals = nullptr; }, status::null_pointer, "arrivals");
   expect_after([](auto& p) { p.rows.null_slot = 0; }, status::bad_shape, "null_slot");
+  expect_after([](auto& p) { p.buffer.beta = p.buffer.g; }, status::bad_stride, "distinct arrays");
+  expect_after([](auto& p) { p.buffer.kscale = fake_state; }, status::bad_stride,
+               "distinct arrays");
+  expect_after([](auto& p) { p.cursors.cursor = reinterpret_cast<int32_t*>(fake_u); },
+               status::bad_stride, "distinct arrays");
+  expect_after([](auto& p) { p.branch.ckpt_of = p.cursors.cursor; }, status::bad_stride,
+               "branch.ckpt_of");
+  {  // materialize writes its destination by batch row: never the pool itself
+    const P p = valid_gdn<TestType>();
+    const result r = materialize(p,
+                                 state_pool_ref{p.state.data, p.state.slot_stride,
+                                                p.state.head_stride, p.state.row_stride, 10},
+                                 nullptr);
+    INFO(r.message);
+    CHECK(r.code == status::bad_stride);
+    CHECK(mentions(r, "state pool itself"));
+  }
   {  // the split replay step checks its workspace
     P p = valid_gdn<TestType>();
     p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);

@@ -106,6 +106,26 @@ result validate_gdn(const gdn_params<Policy>& p, bool needs_step, bool needs_buf
           "gated_deltanet: buffer.k and buffer.v must be 16-byte aligned (rows load as 16 bytes)");
     if (auto r = detail::check_cursors(p.cursors); !r) return r;
   }
+  {  // no array the launch writes may be passed twice (one write would overwrite the other)
+    const void* written[] = {
+        p.state.data,
+        Policy::has_serving_copy ? static_cast<const void*>(p.serving.data) : nullptr,
+        Policy::scaled_state ? p.state_scale.data : nullptr,
+        Policy::scaled_copy ? p.serving_scale.data : nullptr,
+        needs_buffer ? static_cast<const void*>(p.buffer.k) : nullptr,
+        needs_buffer ? p.buffer.kscale : nullptr,
+        needs_buffer ? static_cast<const void*>(p.buffer.v) : nullptr,
+        needs_buffer ? p.buffer.g : nullptr,
+        needs_buffer ? p.buffer.beta : nullptr,
+        needs_buffer ? p.cursors.cursor : nullptr,
+        needs_buffer ? p.cursors.arrivals : nullptr};
+    if (detail::shares_base(written))
+      return fail(status::bad_stride,
+                  "gated_deltanet: two arrays the launch writes start at the same address: "
+                  "state, serving, state_scale / serving_scale, buffer.k, buffer.kscale, "
+                  "buffer.v, buffer.g, buffer.beta, cursors.cursor and cursors.arrivals must be "
+                  "distinct arrays");
+  }
   return detail::ok();
 }
 
@@ -151,6 +171,17 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
     if (other.num_slots < p.rows.batch * (Op == op::eager_draft ? MaxDraft : 1))
       return fail(status::bad_shape,
                   "gated_deltanet: the caller's state buffer has fewer rows than batch");
+    // materialize and eager_draft_step write `other` by batch row, not by slot: pointed at the
+    // checkpoint pool (or a pair's copy), they would overwrite other slots' checkpoints.
+    // (load_state only reads it.)
+    if (Op != op::load &&
+        (static_cast<const void*>(other.data) == static_cast<const void*>(p.state.data) ||
+         (Policy::has_serving_copy &&
+          static_cast<const void*>(other.data) == static_cast<const void*>(p.serving.data))))
+      return fail(status::bad_stride,
+                  "gated_deltanet: the caller's state buffer (materialize's dest, "
+                  "eager_draft_step's intermediate) is the state pool itself: it is written by "
+                  "batch row, so it must be a separate array");
   }
   if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (the split replay step)
     if (auto r = check_workspace(
@@ -178,6 +209,13 @@ result launch_gdn(const gdn_params<Policy>& p, const state_pool_ref& other, cuda
     if (Op == op::fork && (!p.branch.ckpt_of || !p.branch.fork_src))
       return fail(status::null_pointer,
                   "gated_deltanet: fork needs branch.ckpt_of and branch.fork_src");
+    if (p.branch.ckpt_of &&
+        (static_cast<const void*>(p.branch.ckpt_of) == static_cast<const void*>(p.cursors.cursor) ||
+         static_cast<const void*>(p.branch.ckpt_of) ==
+             static_cast<const void*>(p.cursors.arrivals)))
+      return fail(status::bad_stride,
+                  "gated_deltanet: branch.ckpt_of is the same array as cursors.cursor or "
+                  "cursors.arrivals: each needs its own [num_slots] array");
     if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
       return launch_gdn_items<gdn_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
   }

@@ -79,12 +79,25 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
       return fail(status::bad_stride, "mamba2: x/z/out head strides must be at least headdim");
     if (p.in.B_group_stride < rule::dstate || p.in.C_group_stride < rule::dstate)
       return fail(status::bad_stride, "mamba2: B/C group strides must be at least dstate");
-    if (int64_t(p.rows.batch) * input_rows_per_row > 1 &&
-        (p.in.x_batch_stride < int64_t(p.nheads) * p.in.x_head_stride ||
-         p.in.out_batch_stride < int64_t(p.nheads) * p.in.out_head_stride ||
-         p.in.B_batch_stride < int64_t(p.ngroups) * p.in.B_group_stride ||
-         p.in.C_batch_stride < int64_t(p.ngroups) * p.in.C_group_stride))
-      return fail(status::bad_stride, "mamba2: a batch stride is smaller than one row's extent");
+    // dt is one scalar per head: heads must not share one (dt also enters the buffer, so a
+    // wrong dt reaches the checkpoint at the next commit, not only this step's output).
+    if (p.nheads > 1 && p.in.dt_head_stride < 1)
+      return fail(status::bad_stride,
+                  "mamba2: in.dt_head_stride must be at least 1 (dt is [batch, nheads], one "
+                  "scalar per head)");
+    const bool many_rows = int64_t(p.rows.batch) * input_rows_per_row > 1;
+    if (many_rows && (p.in.x_batch_stride < int64_t(p.nheads) * p.in.x_head_stride ||
+                      p.in.out_batch_stride < int64_t(p.nheads) * p.in.out_head_stride ||
+                      p.in.B_batch_stride < int64_t(p.ngroups) * p.in.B_group_stride ||
+                      p.in.C_batch_stride < int64_t(p.ngroups) * p.in.C_group_stride ||
+                      (p.in.z && p.in.z_batch_stride < int64_t(p.nheads) * p.in.z_head_stride)))
+      return fail(status::bad_stride,
+                  "mamba2: a batch stride (x, z, out, B or C) is smaller than one row's extent");
+    if (many_rows && p.in.dt_batch_stride < int64_t(p.nheads - 1) * p.in.dt_head_stride + 1)
+      return fail(status::bad_stride,
+                  "mamba2: in.dt_batch_stride is smaller than one row of dt: need "
+                  "dt_batch_stride >= (nheads - 1) * dt_head_stride + 1 (it defaults to 0, which "
+                  "would give every row the first row's dt)");
   }
   if (needs_buffer) {
     if (!p.buffer.x || !p.buffer.B || !p.buffer.dt)
@@ -93,6 +106,23 @@ result validate_mamba2(const mamba2_params<Policy>& p, bool needs_step, bool nee
       return fail(status::misaligned_pointer,
                   "mamba2: buffer.x and buffer.B must be 16-byte aligned (rows load as 16 bytes)");
     if (auto r = detail::check_cursors(p.cursors); !r) return r;
+  }
+  {  // no array the launch writes may be passed twice (one write would overwrite the other)
+    const void* written[] = {
+        p.state.data,
+        Policy::has_serving_copy ? static_cast<const void*>(p.serving.data) : nullptr,
+        Policy::scaled_state ? p.state_scale.data : nullptr,
+        Policy::scaled_copy ? p.serving_scale.data : nullptr,
+        needs_buffer ? static_cast<const void*>(p.buffer.x) : nullptr,
+        needs_buffer ? static_cast<const void*>(p.buffer.B) : nullptr,
+        needs_buffer ? p.buffer.dt : nullptr,
+        needs_buffer ? p.cursors.cursor : nullptr,
+        needs_buffer ? p.cursors.arrivals : nullptr};
+    if (detail::shares_base(written))
+      return fail(status::bad_stride,
+                  "mamba2: two arrays the launch writes start at the same address: state, "
+                  "serving, state_scale / serving_scale, buffer.x, buffer.B, buffer.dt, "
+                  "cursors.cursor and cursors.arrivals must be distinct arrays");
   }
   return detail::ok();
 }
@@ -138,6 +168,17 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
       return r;
     if (other.num_slots < p.rows.batch * (Op == op::eager_draft ? MaxDraft : 1))
       return fail(status::bad_shape, "mamba2: the caller's state buffer has fewer rows than batch");
+    // materialize and eager_draft_step write `other` by batch row, not by slot: pointed at the
+    // checkpoint pool (or a pair's copy), they would overwrite other slots' checkpoints.
+    // (load_state only reads it.)
+    if (Op != op::load &&
+        (static_cast<const void*>(other.data) == static_cast<const void*>(p.state.data) ||
+         (Policy::has_serving_copy &&
+          static_cast<const void*>(other.data) == static_cast<const void*>(p.serving.data))))
+      return fail(status::bad_stride,
+                  "mamba2: the caller's state buffer (materialize's dest, eager_draft_step's "
+                  "intermediate) is the state pool itself: it is written by batch row, so it "
+                  "must be a separate array");
   }
   if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (the split replay step)
     if (auto r = check_workspace(
@@ -168,6 +209,13 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
                   "is, kept current by the kernels)");
     if (Op == op::fork && (!p.branch.ckpt_of || !p.branch.fork_src))
       return fail(status::null_pointer, "mamba2: fork needs branch.ckpt_of and branch.fork_src");
+    if (p.branch.ckpt_of &&
+        (static_cast<const void*>(p.branch.ckpt_of) == static_cast<const void*>(p.cursors.cursor) ||
+         static_cast<const void*>(p.branch.ckpt_of) ==
+             static_cast<const void*>(p.cursors.arrivals)))
+      return fail(status::bad_stride,
+                  "mamba2: branch.ckpt_of is the same array as cursors.cursor or "
+                  "cursors.arrivals: each needs its own [num_slots] array");
     if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
       return launch_mamba2_items<mamba2_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
   }

@@ -1,6 +1,7 @@
 // Host-side checks shared by the launchers.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <replayssm/cache.cuh>
@@ -74,6 +75,19 @@ inline result check_cursors(const cursor_ref& c) {
   if (c.cursor == nullptr) return fail(status::null_pointer, "cursors.cursor is null");
   if (c.arrivals == nullptr) return fail(status::null_pointer, "cursors.arrivals is null");
   return ok();
+}
+
+/// Whether two of the non-null `ptrs` are the same address. The launchers pass the arrays a
+/// launch writes (checkpoints, serving copies, scales, buffers, cursors): two of them at one
+/// address is a slip (one array passed twice) whose writes would silently overwrite each other.
+/// Equal base addresses only: arrays carved from one allocation at different offsets, or
+/// interleaved through their strides, are valid layouts and are not compared as ranges.
+template <size_t N>
+inline bool shares_base(const void* const (&ptrs)[N]) {
+  for (size_t i = 0; i < N; ++i)
+    for (size_t j = i + 1; j < N; ++j)
+      if (ptrs[i] != nullptr && ptrs[i] == ptrs[j]) return true;
+  return false;
 }
 
 inline result check_launch() {
