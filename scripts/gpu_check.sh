@@ -15,26 +15,54 @@ bench="$BIN/bench_decode"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv
 tmp=$(mktemp -d)
 
-# run_cases LOG PREFIX...: every test case in its own process, JOBS at a time. Each case's output
-# is appended to LOG as soon as it ends (under a lock), so a run cut off by a time limit still
-# returns the cases that finished.
+# The sections of the speculative test cases (tests/gpu/test_speculative.cu), "case<TAB>section" per
+# line: at full length each section runs for minutes, so they run as processes of their own.
+spec_sections() {
+  python3 - "$(dirname "${BASH_SOURCE[0]}")/../tests/gpu/test_speculative.cu" <<'PY'
+import re, sys
+src = open(sys.argv[1]).read()
+cases = list(re.finditer(r'TEST_CASE\(\s*"([^"]+)"', src))
+for k, m in enumerate(cases):
+    if not m.group(1).startswith(("speculative rounds verify", "token trees give")):
+        continue
+    body = src[m.end():cases[k + 1].start() if k + 1 < len(cases) else len(src)]
+    for sec in re.findall(r'SECTION\(\s*"((?:[^"\\]|\\.)*)"', body):
+        print(m.group(1) + "\t" + sec)
+PY
+}
+
+# run_cases LOG PREFIX...: every test case in its own process (the speculative chain and tree
+# cases: every section), JOBS at a time. Each process's output is appended to LOG as soon as it
+# ends (under a lock), so a run cut off by a time limit still returns what finished.
 run_cases() {
   local log=$1; shift
-  local i=0 name
+  local i=0 job
   : > "$log"
-  # Last listed first: the speculative and precision cases, the longest, start at once, so that
-  # a run under a time limit is not left waiting on them at the end.
+  # Jobs "filter<TAB>section" (no section: the whole filter). The speculative sections first,
+  # then the other cases last listed first (the precision cases, the longest of them), so that a
+  # run under a time limit is not left waiting on them at the end.
   # A process per filter: a templated case is selected by its type's name (the part after
   # " - "), which selects every test case over that type at once, so each filter runs once.
-  mapfile -t names < <("$tests" --list-test-names-only | sed '/^$/d' | tac | sed 's/.* - //' |
-                       awk '!seen[$0]++')
-  for name in "${names[@]}"; do
+  local sections
+  sections=$(spec_sections)
+  mapfile -t jobs_list < <(echo "$sections"
+                           "$tests" --list-test-names-only | sed '/^$/d' | tac |
+                             grep -vxF -f <(echo "$sections" | cut -f1 | sort -u) |
+                             sed 's/.* - //; s/^/*/' | awk '!seen[$0]++')
+  for job in "${jobs_list[@]}"; do
+    [[ -z $job ]] && continue
     while [[ $(jobs -r | wc -l) -ge $JOBS ]]; do sleep 0.2; done
-    ( "$@" "$tests" "*$name" --durations yes > "$tmp/case_$i.log" 2>&1
+    local filter=${job%%$'\t'*} section=""
+    [[ $job == *$'\t'* ]] && section=${job#*$'\t'}
+    ( if [[ -n $section ]]; then
+        "$@" "$tests" "$filter" -c "$section" --durations yes > "$tmp/case_$i.log" 2>&1
+      else
+        "$@" "$tests" "$filter" --durations yes > "$tmp/case_$i.log" 2>&1
+      fi
       rc=$?
       # Catch2 exits 0 when a filter matches nothing: that is a failure of this script.
       grep -q "No test cases matched" "$tmp/case_$i.log" && rc=8
-      echo "exit $rc :: $name" >> "$tmp/case_$i.log"
+      echo "exit $rc :: $filter${section:+ :: $section}" >> "$tmp/case_$i.log"
       flock "$log" cat "$tmp/case_$i.log" >> "$log"
       rm -f "$tmp/case_$i.log" ) &
     i=$((i + 1))
@@ -42,7 +70,7 @@ run_cases() {
   wait
   local failed
   failed=$(grep -c "^exit [^0]" "$log")
-  echo "$(grep -c '^exit 0' "$log") cases passed, $failed failed ($log)"
+  echo "$(grep -c '^exit 0' "$log") processes passed, $failed failed ($log)"
   [[ $failed -eq 0 ]]
 }
 
