@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dest="${1:-.dev}"
 source scripts/run_tests.sh  # the shared set-up functions (main does not run when sourced)
-replayssm_configure
+replayssm_configure -DREPLAYSSM_BUILD_TESTS=ON -DREPLAYSSM_BUILD_BENCHMARKS=ON
 examples=(quickstart_mamba2 quickstart_gdn graph_serving hybrid_stack_decode)
 targets=(replayssm_gpu_tests bench_decode bench_spec "${examples[@]}")
 cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${targets[@]}"

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/run_tests.sh  # the shared set-up functions (main does not run when sourced)
-replayssm_configure
+replayssm_configure -DREPLAYSSM_BUILD_TESTS=ON -DREPLAYSSM_BUILD_BENCHMARKS=ON
 cmake --build "$BUILD_DIR" --target accuracy_study --parallel "$(nproc)"
 mkdir -p bench/results
 "$BUILD_DIR/bench/accuracy_study" "${1:-8192}" bench/results/accuracy.json

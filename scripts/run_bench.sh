@@ -12,7 +12,7 @@ if ! dpkg-query -W -f='${Status}' libbenchmark-dev 2>/dev/null | grep -q 'instal
   "${sudo_cmd[@]}" apt-get update && "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends libbenchmark-dev
 fi
-replayssm_configure
+replayssm_configure -DREPLAYSSM_BUILD_TESTS=ON -DREPLAYSSM_BUILD_BENCHMARKS=ON
 cmake --build "$BUILD_DIR" --target bench_decode bench_spec --parallel "$(nproc)"
 if ! replayssm_have_gpu; then
   echo "No GPU on this machine: the benchmarks need one. Built them under $BUILD_DIR/bench/."

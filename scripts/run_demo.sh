@@ -9,7 +9,10 @@ source scripts/run_tests.sh
 
 demos=(quickstart_mamba2 quickstart_gdn)
 
-replayssm_configure "$@"
+# The demos need neither Catch2 nor Google Benchmark: configure without tests and benchmarks (the
+# build directory is shared: scripts/run_tests.sh turns the tests back on).
+REPLAYSSM_NEED_CATCH2=0 replayssm_configure -DREPLAYSSM_BUILD_TESTS=OFF \
+  -DREPLAYSSM_BUILD_BENCHMARKS=OFF "$@"
 cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${demos[@]}"
 
 if ! replayssm_have_gpu; then

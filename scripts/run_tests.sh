@@ -8,16 +8,24 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BUILD_DIR="${BUILD_DIR:-build}"
 
-# Install the Debian packages the build needs, if any are missing.
+# Install the Debian packages the build needs (cmake, ninja, g++; Catch2 v2 for the tests), if
+# any are missing. What is already on PATH (or Catch2 v2's header) counts as present, so a
+# non-Debian machine with the tools installed needs no apt-get.
 replayssm_install_packages() {
-  local pkg missing=()
-  for pkg in cmake ninja-build g++ catch2; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
-      missing+=("$pkg")
+  local want=(cmake ninja-build g++) missing=() pkg
+  [[ ${REPLAYSSM_NEED_CATCH2:-1} == 1 ]] && want+=(catch2)
+  for pkg in "${want[@]}"; do
+    case $pkg in
+      ninja-build) command -v ninja >/dev/null && continue ;;
+      catch2) [[ -f /usr/include/catch2/catch.hpp || -f /usr/local/include/catch2/catch.hpp ]] &&
+                continue ;;
+      *) command -v "$pkg" >/dev/null && continue ;;
+    esac
+    missing+=("$pkg")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0
   if ! command -v apt-get >/dev/null; then
-    echo "error: missing packages (${missing[*]}) and no apt-get to install them" >&2
+    echo "error: missing ${missing[*]} and no apt-get to install them" >&2
     exit 1
   fi
   local sudo=()
@@ -26,6 +34,11 @@ replayssm_install_packages() {
   "${sudo[@]}" apt-get update
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
     "${missing[@]}"
+  if [[ " ${missing[*]} " == *" catch2 "* && ! -f /usr/include/catch2/catch.hpp ]]; then
+    echo "error: the tests need Catch2 v2 (catch2/catch.hpp); this distribution's catch2" >&2
+    echo "package is another major version (Ubuntu 24.04 ships v3): install Catch2 2.13." >&2
+    exit 1
+  fi
 }
 
 # Make nvcc available on PATH.
@@ -35,7 +48,7 @@ replayssm_find_nvcc() {
       export PATH="/usr/local/cuda/bin:$PATH"
     else
       echo "error: nvcc not found (neither on PATH nor in /usr/local/cuda/bin)." >&2
-      echo "ReplaySSM needs the CUDA toolkit (nvcc + CCCL) to build; install it first." >&2
+      echo "ReplaySSM needs the CUDA toolkit (nvcc) to build; install it first." >&2
       exit 1
     fi
   fi
@@ -53,7 +66,7 @@ replayssm_have_gpu() {
 }
 
 main() {
-  replayssm_configure "$@"
+  replayssm_configure -DREPLAYSSM_BUILD_TESTS=ON -DREPLAYSSM_BUILD_BENCHMARKS=ON "$@"
   cmake --build "$BUILD_DIR" --parallel "$(nproc)"
   local rc=0
   ctest --test-dir "$BUILD_DIR" --output-on-failure || rc=$?

@@ -15,7 +15,9 @@ enum class status : int {
   policy_mismatch,     ///< a runtime shape does not match the compile-time shape of the policy
   bad_stride,          ///< a stride is invalid (overlapping rows, negative)
   too_many_slots,      ///< the pool has more slots than the index type can address
-  cuda_error,          ///< the CUDA runtime reported an error at launch
+  cuda_error,          ///< the CUDA runtime reported an error at launch (message: its
+                       ///< cudaGetErrorString). The launcher's cudaGetLastError() also reports
+                       ///< and clears an error left pending by earlier, unrelated work.
 };
 
 /// @brief Outcome of a host launcher: a category and a static, human-readable message.

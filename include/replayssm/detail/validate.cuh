@@ -91,9 +91,8 @@ inline bool shares_base(const void* const (&ptrs)[N]) {
 }
 
 inline result check_launch() {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return fail(status::cuda_error, "kernel launch failed (see cudaGetLastError)");
+  const cudaError_t e = cudaGetLastError();  // (clears it: the message is all the caller gets)
+  if (e != cudaSuccess) return fail(status::cuda_error, cudaGetErrorString(e));
   return ok();
 }
 
