@@ -12,6 +12,21 @@
 ///   run, so each must run exactly once per launch;
 /// - validate the params on the host first (`validate_mamba2` / `validate_gdn`).
 ///
+/// What a block type `blk` provides:
+/// - `typename blk::shared_storage`: the block's staging in shared memory;
+/// - `blk{smem}`: a block over `smem`, a `shared_storage&` (cheap: it holds only the reference);
+/// - `blk::tiles_per_head`: work items per head, `headdim / Tile` (Mamba-2) or
+///   `head_v_dim / Tile` (Gated DeltaNet);
+/// - `run(p, b, h, t, other)`: the work item (b, h, t) of the launch described by `p` (the same
+///   params as the launcher's). `other` is the caller's fp32 pool of load_state / materialize;
+///   the decode, eager and commit blocks do not use it: pass `state_pool_ref{}`.
+///
+/// Blocks give only the fused path (the one-kernel step; each block loads its own state tile).
+/// The split step and split verification (`p.workspace`: their coefficient kernels and
+/// readout grids) and the pipelined persistent kernel (PipelineStages >= 2) are not available
+/// as blocks: the blocks ignore `p.workspace`. verify_step, accept, accept_tree, fork,
+/// materialize, load_state and eager_draft_step have no block type.
+///
 /// @code
 /// using blk = replayssm::mamba2_decode_block<policy>;
 /// __global__ void my_fused_step(replayssm::mamba2_params<policy> p) {
@@ -33,7 +48,9 @@
 namespace replayssm {
 
 // These blocks read each slot's checkpoint from its own pool slot: they ignore `p.branch`
-// (branching runs through the launchers). Every precision scheme of the policy works.
+// (branching runs through the launchers). Every precision scheme of the policy works (fp32, the
+// singles bf16, fp16, fp8, int8 and the pairs fp32_bf16, fp32_fp16, fp32_fp8, fp32_int8), except
+// that the eager blocks refuse pairs at compile time, as eager_step does.
 
 /// @brief One block's Mamba-2 replay decode step (see @ref decode_step).
 template <class Policy>

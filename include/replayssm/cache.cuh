@@ -9,15 +9,17 @@
 
 namespace replayssm {
 
-/// @brief A pool of state tiles of type T (fp32, or bf16/fp16 for low-precision checkpoints and
-/// serving copies), one per slot, in the engine's memory.
+/// @brief A pool of state tiles of type T (`float`, or `__nv_bfloat16`, `__half`, `__nv_fp8_e4m3`,
+/// `int8_t` for low-precision checkpoints and serving copies; 8-bit ones with a @ref
+/// scale_pool_ref), one per slot, in the engine's memory.
 ///
 /// Element (slot, head, row, col) lives at
 /// `data[slot * slot_stride + head * head_stride + row * row_stride + col]` (strides in elements,
 /// the last dimension contiguous). Mamba-2 rows are headdim and columns dstate (`[slots, H, P,
 /// N]`); Gated DeltaNet rows and columns follow the rule's @ref state_layout.
-/// @note `data` must be aligned to 4 elements (16 bytes for fp32, 8 for 16-bit types) and every
-///       stride a multiple of 4 elements, so that rows load 4 elements at a time.
+/// @note `data` must be aligned to 4 elements (16 bytes for 4-byte types, 8 for 2-byte, 4 for
+///       1-byte) and `slot_stride`, `head_stride`, `row_stride` must be multiples of 4 elements,
+///       so that rows load 4 elements at a time (else misaligned_pointer).
 template <class T>
 struct basic_pool_ref {
   T* data = nullptr;        ///< base of the pool
@@ -30,11 +32,13 @@ struct basic_pool_ref {
 /// (materialize, load_state, eager_draft_step).
 using state_pool_ref = basic_pool_ref<float>;
 
-/// @brief The fp32 scales of an 8-bit serving copy (`precision::fp32_fp8`, `fp32_int8`): one per
-/// row of each block's state tile, so a stored code times its row's scale is the value. Scale of
-/// (slot, head, i) at `data[slot * slot_stride + head * head_stride + i]`, i below the params'
-/// `serving_scales_per_head` (Mamba-2: headdim; Gated DeltaNet: head_v_dim for the vk layout,
-/// head_k_dim times the tiles per head for kv). Commits write them; output steps read them.
+/// @brief The fp32 scales of an 8-bit serving copy (`precision::fp32_fp8`, `fp32_int8`: the
+/// params' `serving_scale`) or of a single 8-bit checkpoint (`precision::fp8`, `int8`: the params'
+/// `state_scale`): one per row of each block's state tile, so a stored code times its row's scale
+/// is the value. Scale of (slot, head, i) at `data[slot * slot_stride + head * head_stride + i]`,
+/// i below the params' `serving_scales_per_head` (Mamba-2: headdim; Gated DeltaNet: head_v_dim
+/// for the vk layout, head_k_dim times the tiles per head for kv). Commits and load_state write
+/// them with the codes; every read of the codes reads them.
 struct scale_pool_ref {
   float* data = nullptr;    ///< base
   int64_t slot_stride = 0;  ///< elements between slots

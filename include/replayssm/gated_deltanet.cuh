@@ -1,9 +1,10 @@
 /// @file gated_deltanet.cuh
 /// @brief Gated DeltaNet decode: views, params and the host launchers.
 ///
-/// One decode step for value head h (MATH.md section 2), with q and k L2-normalised and q scaled:
-/// `h = exp(g) h; v' = beta (v - h^T k); h += k v'^T; o = h^T q`.
-/// Replay computes `o` with the backward sweep over the buffer: no state is formed.
+/// One decode step for value head h, with q and k L2-normalised and q scaled (float64 reference:
+/// `ref::gdn_eager_step` in reference.hpp): `h = exp(g) h; v' = beta (v - h^T k); h += k v'^T;
+/// o = h^T q`. Replay computes `o` with the backward sweep over the buffer: no state is formed
+/// (`ref::gdn_replay_output`).
 #pragma once
 
 #include <stdint.h>
@@ -18,18 +19,24 @@ namespace replayssm {
 /// head's vector contiguous). Value head h reads q/k head `h / (num_v_heads / num_k_heads)`.
 template <class T>
 struct gdn_inputs {
-  const T* q = nullptr;  ///< `[batch, num_k_heads, head_k_dim]`
-  int64_t q_batch_stride = 0, q_head_stride = 0;
-  const T* k = nullptr;  ///< `[batch, num_k_heads, head_k_dim]`
-  int64_t k_batch_stride = 0, k_head_stride = 0;
-  const T* v = nullptr;  ///< `[batch, num_v_heads, head_v_dim]`
-  int64_t v_batch_stride = 0, v_head_stride = 0;
-  const float* g = nullptr;  ///< `[batch, num_v_heads]`, log gate (alpha = exp(g))
+  const T* q = nullptr;        ///< `[batch, num_k_heads, head_k_dim]`
+  int64_t q_batch_stride = 0,  ///< elements between input rows of q
+      q_head_stride = 0;       ///< elements between heads of q (at least head_k_dim)
+  const T* k = nullptr;        ///< `[batch, num_k_heads, head_k_dim]`
+  int64_t k_batch_stride = 0,  ///< elements between input rows of k
+      k_head_stride = 0;       ///< elements between heads of k (at least head_k_dim)
+  const T* v = nullptr;        ///< `[batch, num_v_heads, head_v_dim]`
+  int64_t v_batch_stride = 0,  ///< elements between input rows of v
+      v_head_stride = 0;       ///< elements between heads of v (at least head_v_dim)
+  const float* g = nullptr;    ///< `[batch, num_v_heads]`, log gate (alpha = exp(g))
+  /// Elements between input rows of g. There is no head stride: each row's heads are contiguous.
   int64_t g_batch_stride = 0;
   const float* beta = nullptr;  ///< `[batch, num_v_heads]`, in (0, 1)
+  /// Elements between input rows of beta; no head stride: each row's heads are contiguous.
   int64_t beta_batch_stride = 0;
-  T* out = nullptr;  ///< `[batch, num_v_heads, head_v_dim]`
-  int64_t out_batch_stride = 0, out_head_stride = 0;
+  T* out = nullptr;              ///< `[batch, num_v_heads, head_v_dim]`
+  int64_t out_batch_stride = 0,  ///< elements between output rows of out
+      out_head_stride = 0;       ///< elements between heads of out (at least head_v_dim)
 };
 
 /// @brief The input buffer of every slot, `L = Policy::buffer_len` steps deep, contiguous:
@@ -43,16 +50,19 @@ struct gdn_buffer_ref {
   T* v = nullptr;           ///< buffered v
   float* g = nullptr;       ///< buffered log gates
   float* beta = nullptr;    ///< buffered betas
-  /// @brief Elements of k, kscale, v and of g (or beta) for a pool of `num_slots` slots.
+  /// @brief Elements of k for a pool of `num_slots` slots.
   static constexpr int64_t k_elems(int64_t num_slots, int L, int num_k_heads, int head_k_dim) {
     return num_slots * L * num_k_heads * head_k_dim;
   }
+  /// @brief Elements (floats) of kscale for a pool of `num_slots` slots.
   static constexpr int64_t kscale_elems(int64_t num_slots, int L, int num_k_heads) {
     return num_slots * L * num_k_heads;
   }
+  /// @brief Elements of v for a pool of `num_slots` slots.
   static constexpr int64_t v_elems(int64_t num_slots, int L, int num_v_heads, int head_v_dim) {
     return num_slots * L * num_v_heads * head_v_dim;
   }
+  /// @brief Elements (floats) of g, and of beta (the same), for a pool of `num_slots` slots.
   static constexpr int64_t gate_elems(int64_t num_slots, int L, int num_v_heads) {
     return num_slots * L * num_v_heads;
   }
@@ -62,7 +72,9 @@ struct gdn_buffer_ref {
 /// @tparam Policy a @ref replay_policy over `rules::gated_deltanet`.
 template <class Policy>
 struct gdn_params {
+  /// The policy this launch runs.
   using policy = Policy;
+  /// T: the type of q, k, v, the output and the buffered k, v.
   using input_type = typename Policy::input_type;
   int32_t num_k_heads = 0;    ///< q/k heads (of this rank's slice)
   int32_t num_v_heads = 0;    ///< value heads; a multiple of num_k_heads
@@ -72,23 +84,26 @@ struct gdn_params {
   float scale = 0.f;          ///< q scale; 0 means head_k_dim^-1/2
   gdn_inputs<input_type> in;  ///< the step (eager, decode)
   batch_ref rows;             ///< batch row -> slot
-  /// Checkpoint pool (replay) or state pool (eager), of the policy's master type (fp32, or bf16 /
-  /// fp16 for a single low-precision checkpoint).
+  /// Checkpoint pool (replay) or state pool (eager), of the policy's master type: fp32 (fp32 and
+  /// the pairs), or that of a single checkpoint (bf16, fp16, fp8 e4m3, int8; 8-bit ones scaled by
+  /// `state_scale`).
   basic_pool_ref<typename Policy::master_type> state;
   gdn_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                 ///< replay only
   spec_ref spec;                      ///< speculative rounds only (verify_step, accept)
   branch_ref branch;  ///< branching only (shared checkpoints, fork); all null otherwise
-  /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`): the serving copy of every checkpoint, same
-  /// shape as `state`; output steps read it, commits rewrite it from the master.
+  /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`, `fp32_fp8`, `fp32_int8`; 8-bit copies scaled
+  /// by `serving_scale`): the serving copy of every checkpoint, same shape as `state`; output
+  /// steps read it, commits rewrite it from the master.
   basic_pool_ref<typename Policy::serving_type> serving;
-  /// 8-bit copies: the scales of `serving`, `serving_scales_per_head` per head.
+  /// 8-bit copies (`precision::fp32_fp8`, `fp32_int8`): the scales of `serving`,
+  /// `serving_scales_per_head` per head.
   scale_pool_ref serving_scale;
   /// Single 8-bit checkpoints (`precision::fp8`, `int8`): the scales of `state`, laid out as
   /// `serving_scale` (`serving_scales_per_head` per head).
   scale_pool_ref state_scale;
-  /// Scales per head of an 8-bit copy: one per row of each block's tile (kv: head_k_dim rows per
-  /// tile of `Policy::tile` columns of V; vk: one per row of V).
+  /// Scales per head of an 8-bit copy or checkpoint: one per row of each block's tile (kv:
+  /// head_k_dim rows per tile of `Policy::tile` columns of V; vk: one per row of V).
   static constexpr int serving_scales_per_head =
       Policy::rule::layout == state_layout::kv
           ? (Policy::rule::head_v_dim / Policy::tile) * Policy::rule::head_k_dim
@@ -101,7 +116,7 @@ struct gdn_params {
   /// (sm_90+), streams the state and reads its result (rows that commit keep the fused path).
   /// Null (the default): one fused kernel. Ignored by every other launch and by pipelined
   /// policies (PipelineStages >= 2). When to set it (H200, README "Performance"): at batch
-  /// 256, K = 16 the fp32 window's step is 322 us with it (Hv64, 188aafe), 359 without (the
+  /// 256, K = 16 the fp32 window's step is 321 us with it (Hv64, 9fc2413), 359 without (the
   /// fused kernel as last measured, on 808ff01, before the scaled fold of its commit rows), and
   /// 16- and 8-bit serving states gain more; at K = 8 the split step was slower (808ff01: 345
   /// vs 323 us; 330 with it on 188aafe); below `split_min_batch` rows the launch ignores it (the

@@ -1,7 +1,8 @@
 /// @file mamba2.cuh
 /// @brief Mamba-2 (SSD) decode: views, params and the host launchers.
 ///
-/// One decode step for head h of batch row b (MATH.md section 1):
+/// One decode step for head h of batch row b (float64 reference: `ref::mamba2_eager_step` in
+/// reference.hpp):
 /// `dt = softplus(dt + dt_bias)`, `h = exp(A dt) h + dt x B^T`, `y = h C + D x`, `y *= silu(z)`.
 #pragma once
 
@@ -30,18 +31,24 @@ struct mamba2_weights {
 /// `>= heads (groups) * head (group) stride`), so the default 0 of `dt_batch_stride` is refused.
 template <class T>
 struct mamba2_inputs {
-  const T* x = nullptr;  ///< `[batch, nheads, headdim]`
-  int64_t x_batch_stride = 0, x_head_stride = 0;
-  const T* dt = nullptr;  ///< `[batch, nheads]`, raw (before dt_bias and softplus)
-  int64_t dt_batch_stride = 0, dt_head_stride = 1;
-  const T* B = nullptr;  ///< `[batch, ngroups, dstate]`
-  int64_t B_batch_stride = 0, B_group_stride = 0;
-  const T* C = nullptr;  ///< `[batch, ngroups, dstate]`
-  int64_t C_batch_stride = 0, C_group_stride = 0;
-  const T* z = nullptr;  ///< `[batch, nheads, headdim]`, or null for no gating
-  int64_t z_batch_stride = 0, z_head_stride = 0;
-  T* out = nullptr;  ///< `[batch, nheads, headdim]`
-  int64_t out_batch_stride = 0, out_head_stride = 0;
+  const T* x = nullptr;          ///< `[batch, nheads, headdim]`
+  int64_t x_batch_stride = 0,    ///< elements between input rows of x
+      x_head_stride = 0;         ///< elements between heads of x (at least headdim)
+  const T* dt = nullptr;         ///< `[batch, nheads]`, raw (before dt_bias and softplus)
+  int64_t dt_batch_stride = 0,   ///< elements between input rows of dt (0 refused, see above)
+      dt_head_stride = 1;        ///< elements between heads of dt (>= 1 when nheads > 1)
+  const T* B = nullptr;          ///< `[batch, ngroups, dstate]`
+  int64_t B_batch_stride = 0,    ///< elements between input rows of B
+      B_group_stride = 0;        ///< elements between groups of B (at least dstate)
+  const T* C = nullptr;          ///< `[batch, ngroups, dstate]`
+  int64_t C_batch_stride = 0,    ///< elements between input rows of C
+      C_group_stride = 0;        ///< elements between groups of C (at least dstate)
+  const T* z = nullptr;          ///< `[batch, nheads, headdim]`, or null for no gating
+  int64_t z_batch_stride = 0,    ///< elements between input rows of z
+      z_head_stride = 0;         ///< elements between heads of z (at least headdim)
+  T* out = nullptr;              ///< `[batch, nheads, headdim]`
+  int64_t out_batch_stride = 0,  ///< elements between output rows of out
+      out_head_stride = 0;       ///< elements between heads of out (at least headdim)
 };
 
 /// @brief The input buffer of every slot, `L = Policy::buffer_len` steps deep, contiguous:
@@ -52,13 +59,15 @@ struct mamba2_buffer_ref {
   T* x = nullptr;       ///< buffered x
   T* B = nullptr;       ///< buffered B
   float* dt = nullptr;  ///< buffered dt
-  /// @brief Elements of x, B and dt for a pool of `num_slots` slots.
+  /// @brief Elements of x for a pool of `num_slots` slots.
   static constexpr int64_t x_elems(int64_t num_slots, int L, int nheads, int headdim) {
     return num_slots * L * nheads * headdim;
   }
+  /// @brief Elements of B for a pool of `num_slots` slots.
   static constexpr int64_t B_elems(int64_t num_slots, int L, int ngroups, int dstate) {
     return num_slots * L * ngroups * dstate;
   }
+  /// @brief Elements (floats) of dt for a pool of `num_slots` slots.
   static constexpr int64_t dt_elems(int64_t num_slots, int L, int nheads) {
     return num_slots * L * nheads;
   }
@@ -68,7 +77,9 @@ struct mamba2_buffer_ref {
 /// @tparam Policy a @ref replay_policy over `rules::mamba2`.
 template <class Policy>
 struct mamba2_params {
+  /// The policy this launch runs.
   using policy = Policy;
+  /// T: the type of the step inputs (dt included), the output and the buffered x, B.
   using input_type = typename Policy::input_type;
   int32_t nheads = 0;      ///< heads of this layer (of this rank's slice under tensor parallelism)
   int32_t ngroups = 0;     ///< B/C groups; must divide nheads
@@ -77,22 +88,26 @@ struct mamba2_params {
   mamba2_weights weights;  ///< A, dt_bias, D
   mamba2_inputs<input_type> in;  ///< the step (eager, decode)
   batch_ref rows;                ///< batch row -> slot
-  /// Checkpoint pool (replay) or state pool (eager), of the policy's master type (fp32, or bf16 /
-  /// fp16 for a single low-precision checkpoint).
+  /// Checkpoint pool (replay) or state pool (eager), of the policy's master type: fp32 (fp32 and
+  /// the pairs), or that of a single checkpoint (bf16, fp16, fp8 e4m3, int8; 8-bit ones scaled by
+  /// `state_scale`).
   basic_pool_ref<typename Policy::master_type> state;
   mamba2_buffer_ref<input_type> buffer;  ///< replay only
   cursor_ref cursors;                    ///< replay only
   spec_ref spec;                         ///< speculative rounds only (verify_step, accept)
   branch_ref branch;  ///< branching only (shared checkpoints, fork); all null otherwise
-  /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`): the serving copy of every checkpoint, same
-  /// shape as `state`; output steps read it, commits rewrite it from the master.
+  /// Pairs only (`precision::fp32_bf16`, `fp32_fp16`, `fp32_fp8`, `fp32_int8`; 8-bit copies scaled
+  /// by `serving_scale`): the serving copy of every checkpoint, same shape as `state`; output
+  /// steps read it, commits rewrite it from the master.
   basic_pool_ref<typename Policy::serving_type> serving;
-  /// 8-bit copies: the scales of `serving`, `serving_scales_per_head` per head.
+  /// 8-bit copies (`precision::fp32_fp8`, `fp32_int8`): the scales of `serving`,
+  /// `serving_scales_per_head` per head.
   scale_pool_ref serving_scale;
   /// Single 8-bit checkpoints (`precision::fp8`, `int8`): the scales of `state`, laid out as
   /// `serving_scale` (`serving_scales_per_head` per head).
   scale_pool_ref state_scale;
-  /// Scales per head of an 8-bit copy: one per row of P.
+  /// Scales per head of an 8-bit copy or checkpoint (`serving_scale`, `state_scale`): one per row
+  /// of P.
   static constexpr int serving_scales_per_head = Policy::rule::headdim;
   /// Optional, decode_step (and verify_step, below): fp32 scratch of @ref workspace_elems floats,
   /// `[batch][nheads][BufferLen + 1]` (each head's replay weights, then its decay), 4-byte
@@ -106,9 +121,9 @@ struct mamba2_params {
   /// products (@ref verify_workspace_elems floats, `[batch][ngroups][MaxDraft][BufferLen]`), then
   /// a readout grid of 128-thread blocks, launched with programmatic dependent launch, holds each
   /// (row, head) state in registers, folds a full window there, and writes the outputs. H200,
-  /// batch 256, T = 4: the round 490 us against 586 without a workspace (README "Speculative
-  /// decoding"). A workspace smaller than verify_workspace_elems is refused (bad_shape).
-  /// Ignored by every other launch and by pipelined policies (PipelineStages >= 2).
+  /// batch 256, T = 4: the round 477 us against 610 without a workspace (kernels of 9fc2413, README
+  /// "Speculative decoding"). A workspace smaller than verify_workspace_elems is refused
+  /// (bad_shape). Ignored by every other launch and by pipelined policies (PipelineStages >= 2).
   /// When it pays (H200, README "Performance"): from batch 64 up, most for 16- and 8-bit
   /// serving states; below `split_min_batch` rows the launch ignores it (the fused kernel
   /// measured faster at batch 1 and 8).
@@ -141,8 +156,9 @@ template <class Policy>
 result eager_step(const mamba2_params<Policy>& p, cudaStream_t stream);
 
 /// @brief Replay decode step: appends the step to each row's buffer and writes its output from
-/// checkpoint + buffer, writing no state; a row whose window fills (cursor + 1 == K) commits in
-/// the same launch (reads the checkpoint, folds the buffer and the step in, writes it, cursor 0).
+/// checkpoint + buffer, writing no state; a row whose window fills (n + 1 >= K, n its buffered
+/// steps: after accept n can exceed K - 1) commits in the same launch (reads the checkpoint, folds
+/// the buffer and the step in, writes it, cursor 0).
 /// @note No allocation, no synchronisation: safe to capture in a CUDA graph.
 /// @code
 /// replayssm::mamba2_params<policy> p = ...;  // views over the engine's cache tensors

@@ -70,15 +70,16 @@ struct fp32 {
   static constexpr bool scaled_copy = false;       ///< 8-bit copies carry per-row scales
   static constexpr bool scaled_state = false;      ///< 8-bit checkpoints carry per-row scales
 };
-/// @brief One low-precision checkpoint (`__nv_bfloat16` or `__half`) that commits read, fold in
-/// fp32 and write back rounded: what engines do today with a 16-bit state, and the contrast to
-/// the pairs. Rounding enters every commit and compounds.
+/// @brief One low-precision checkpoint (`__nv_bfloat16`, `__half`, or 8-bit `__nv_fp8_e4m3` /
+/// `int8_t` with an fp32 scale per tile row, `state_scale`) that commits read, fold in fp32 and
+/// write back rounded: what engines do today with a 16-bit state, and the contrast to the pairs.
+/// Rounding enters every commit and compounds.
 template <class T>
 struct single {
-  using master_type = T;
-  using serving_type = T;
-  static constexpr bool has_serving_copy = false;
-  static constexpr bool scaled_copy = false;
+  using master_type = T;                           ///< checkpoint that commits read and write
+  using serving_type = T;                          ///< checkpoint that output steps read (the same)
+  static constexpr bool has_serving_copy = false;  ///< no separate copy: outputs read the master
+  static constexpr bool scaled_copy = false;       ///< no copy, so no copy scales
   static constexpr bool scaled_state = sizeof(T) == 1;  ///< 8-bit: codes x per-row scale
 };
 /// @brief A pair: an fp32 master that only commits read and write, and a low-precision serving
@@ -88,11 +89,11 @@ struct single {
 /// later state.
 template <class T>
 struct pair {
-  using master_type = float;
-  using serving_type = T;
-  static constexpr bool has_serving_copy = true;
+  using master_type = float;                           ///< fp32 master that commits read and write
+  using serving_type = T;                              ///< serving copy that output steps read
+  static constexpr bool has_serving_copy = true;       ///< outputs read the copy, not the master
   static constexpr bool scaled_copy = sizeof(T) == 1;  ///< 8-bit: codes x per-row scale
-  static constexpr bool scaled_state = false;
+  static constexpr bool scaled_state = false;          ///< the fp32 master carries no scales
 };
 using bf16 = single<__nv_bfloat16>;     ///< one bf16 checkpoint
 using fp16 = single<__half>;            ///< one fp16 checkpoint
@@ -118,11 +119,13 @@ constexpr bool is_state_storage =
 ///
 /// @tparam Rule the recurrence (`rules::mamba2<...>` or `rules::gated_deltanet<...>`).
 /// @tparam BufferLen L, the capacity of each slot's input buffer in steps.
-/// @tparam CommitInterval K: a decode step that fills the K-th buffered step commits the buffer
-///         into the checkpoint in the same launch. K = 1 is eager.
-/// @tparam Precision the checkpoint's storage: `precision::fp32`, a single low-precision
-///         checkpoint (`precision::bf16`, `fp16`) or a pair (`precision::fp32_bf16`, `fp32_fp16`,
-///         `fp32_fp8`, `fp32_int8`).
+/// @tparam CommitInterval K: a decode step that brings a slot's steps to K or more (its n buffered
+///         steps plus itself: n + 1 >= K) commits the buffer into the checkpoint in the same
+///         launch. K = 1 is eager.
+/// @tparam Precision the checkpoint's storage: `precision::fp32` (the default), a single
+///         low-precision checkpoint (`precision::bf16`, `fp16`, `fp8` (e4m3), `int8`) or a pair
+///         (`precision::fp32_bf16`, `fp32_fp16`, `fp32_fp8`, `fp32_int8`); the 8-bit ones keep an
+///         fp32 scale per tile row (`state_scale` for singles, `serving_scale` for pairs).
 /// @tparam Tile rows of P (Mamba-2) or columns of V (Gated DeltaNet) handled by one block.
 /// @tparam BlockThreads threads per block (a multiple of 32).
 /// @tparam PipelineStages 0: eager and decode launch one block per work item; >= 2: persistent

@@ -1,7 +1,9 @@
 /**
  * @file reference.hpp
  * @brief Float64 host reference of the Mamba-2 and Gated DeltaNet decode recurrences, in eager
- *        form and in the unrolled replay/commit forms of design/MATH.md. Pure C++17, no CUDA.
+ *        form (mamba2_eager_step, gdn_eager_step) and in the unrolled replay/commit forms the
+ *        kernels compute (mamba2_replay_output, mamba2_commit, gdn_replay_output, gdn_commit),
+ *        each formula given below. Pure C++17, no CUDA.
  */
 #pragma once
 
@@ -245,8 +247,11 @@ inline void mamba2_eager_step(const mamba2_config& c, const mamba2_weights& w, c
 }
 
 /**
- * @brief Output of the last buffered step from the checkpoint, without forming any state
- *        (MATH.md section 1: cumulative log decays, dot products B_j.C_n, axpys).
+ * @brief Output of the last buffered step from the checkpoint, without forming any state: over
+ *        steps 1..n (n the current one; dt_j as mamba2_dt gives it), with
+ *        L_{j,n} = sum_{i=j+1..n} A dt_i and h the checkpoint,
+ *        y = exp(L_{0,n}) h C_n + sum_j exp(L_{j,n}) dt_j (B_j . C_n) x_j + D x_n, then
+ *        y *= silu(z_n) (cumulative log decays, dot products B_j . C_n, axpys).
  * @param c Config.
  * @param w Weights.
  * @param checkpoint Checkpoint state [H][P][N].
@@ -294,7 +299,7 @@ inline void mamba2_replay_output(const mamba2_config& c, const mamba2_weights& w
 
 /**
  * @brief Fold all buffered steps into the checkpoint with the rank-n formula
- *        h' = exp(L_{0,n}) h + sum_j exp(L_{j,n}) dt_j x_j B_j^T.
+ *        h' = exp(L_{0,n}) h + sum_j exp(L_{j,n}) dt_j x_j B_j^T (L as in mamba2_replay_output).
  * @param c Config.
  * @param w Weights.
  * @param checkpoint Checkpoint state [H][P][N], updated in place.
@@ -368,9 +373,10 @@ inline void gdn_eager_step(const gdn_config& c, const gdn_step& s, std::vector<d
 }
 
 /**
- * @brief Output of the last buffered step by the backward sweep of MATH.md section 2:
+ * @brief Output of the last buffered step by the backward sweep over steps 1..n (n the current
+ *        one; q, k prepared as in gdn_eager_step, alpha_j = exp(g_j)):
  *        r = q_n; for j = n..1 { c_j = k_j.r; r = alpha_j (r - beta_j c_j k_j) };
- *        o = h_c^T r + sum_j beta_j c_j v_j. No state is formed.
+ *        o = h_c^T r + sum_j beta_j c_j v_j, h_c the checkpoint. No state is formed.
  * @param c Config.
  * @param checkpoint Checkpoint state [Hv][K][V].
  * @param steps Buffered steps after the checkpoint (at least one); the last is current.

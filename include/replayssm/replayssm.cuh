@@ -14,8 +14,11 @@
 #include <replayssm/reference.hpp>
 #include <replayssm/status.cuh>
 
+/// Major version of the library (see @ref replayssm::version_string).
 #define REPLAYSSM_VERSION_MAJOR 0
+/// Minor version of the library.
 #define REPLAYSSM_VERSION_MINOR 1
+/// Patch version of the library.
 #define REPLAYSSM_VERSION_PATCH 0
 
 namespace replayssm {

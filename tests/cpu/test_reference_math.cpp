@@ -1,5 +1,5 @@
-// Tests of the float64 host reference (include/replayssm/reference.hpp): the unrolled replay and
-// commit forms of design/MATH.md must agree with the eager recurrences.
+// Tests of the float64 host reference (include/replayssm/reference.hpp): its unrolled replay and
+// commit forms must agree with the eager recurrences.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -123,7 +123,7 @@ TEST_CASE("softplus, silu and mamba2_dt follow the documented formulas", "[cpu][
   CHECK(ref::mamba2_dt(c, w, 0, 0.2) == Approx(0.45).epsilon(1e-15));
 }
 
-TEST_CASE("eager steps match the matrix forms of MATH.md written out independently",
+TEST_CASE("eager steps match the unrolled matrix forms written out independently",
           "[cpu][math]") {
   const std::uint64_t seed = fresh_seed();
   INFO("seed = " << seed);

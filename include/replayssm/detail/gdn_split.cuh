@@ -8,7 +8,7 @@
 // k_j = raw k_j * kscale_j (the current step's factor computed here as the agent does) and the
 // current q normalised and scaled, one warp sweeps backwards from r = q, j = n .. 0:
 //   c_j = beta_j (k_j . r),   r = exp(g_j) (r - c_j k_j)
-// so that o = h_c^T r + sum_j c_j v_j (MATH.md section 2), then the decode epilogue.
+// so that o = h_c^T r + sum_j c_j v_j, then the decode epilogue.
 // Workspace layout: `[batch][num_v_heads][head_k_dim + BufferLen]` floats: r (head_k_dim), then
 // c_0 .. c_n (positions after n are not written).
 #pragma once
