@@ -123,8 +123,7 @@ TEST_CASE("softplus, silu and mamba2_dt follow the documented formulas", "[cpu][
   CHECK(ref::mamba2_dt(c, w, 0, 0.2) == Approx(0.45).epsilon(1e-15));
 }
 
-TEST_CASE("eager steps match the unrolled matrix forms written out independently",
-          "[cpu][math]") {
+TEST_CASE("eager steps match the unrolled matrix forms written out independently", "[cpu][math]") {
   const std::uint64_t seed = fresh_seed();
   INFO("seed = " << seed);
   std::mt19937_64 rng(seed);
