@@ -2,7 +2,7 @@
 # Nsight Compute reports of the kernels whose speed is open (bench/NOTES.md v11, list below), one
 # launch each after warm-up, clocks left alone. Needs ncu and the benchmark binaries (BIN, as
 # for gpu_check.sh):
-#   BIN=.dev OUT=/tmp/out bash scripts/profile_kernels.sh
+#   BIN=.dev OUT=/tmp/out [PROFILE_SET=precision] bash scripts/profile_kernels.sh
 # Writes $OUT/ncu_kernels.txt (sections: speed of light, occupancy, launch, warp states,
 # scheduler, memory workload).
 set -uo pipefail
@@ -37,6 +37,19 @@ profile() {
 # Mamba-2), why a 16-bit replay step takes 83% of fp32's time for half the bytes, and where the
 # verification's time goes at T = 4.
 m=mamba2/H128_G8 g=gdn/Hv64_Hk16
+# PROFILE_SET=precision: only the open questions of issue 5 (NOTES v18), with source counters:
+# the 16-bit replay step (latency-bound), the 8-bit one (issue-bound), and the pair's commit
+# step against the fp32 commit (the pair's windows wait on it). ~1 minute.
+if [[ ${PROFILE_SET:-all} == precision ]]; then
+  sections+=(--section SourceCounters --section InstructionStats)
+  profile "replay step bf16, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^precision/$m/bf16/replay_step/"
+  profile "replay step fp32+fp8 pair, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^precision/$m/fp32_fp8/replay_step/"
+  profile "commit step fp32+bf16 pair, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^precision/$m/fp32_bf16/commit_step/"
+  profile "commit step fp32, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K16/commit_step/.*batch:256/"
+  profile "commit step fp32+bf16 pair, GDN Hv64" "gdn_stream_agent" "$decode" "^precision/$g/fp32_bf16/commit_step/"
+  grep -E "=====|Duration|Memory Throughput|Registers Per|Stall|No Eligible|Issued Warp|Executed Instructions " "$log"
+  exit 0
+fi
 profile "eager step, Mamba-2 H128" "item_kernel.*12mamba2_agent.*opE0" "$decode" "^$m/K16/eager/.*batch:256/"
 profile "commit step, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K16/commit_step/.*batch:256/"
 profile "replay step fp32, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K16/replay_step/.*batch:256/"
