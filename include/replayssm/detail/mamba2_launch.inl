@@ -168,17 +168,16 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
       return r;
     if (other.num_slots < p.rows.batch * (Op == op::eager_draft ? MaxDraft : 1))
       return fail(status::bad_shape, "mamba2: the caller's state buffer has fewer rows than batch");
-    // materialize and eager_draft_step write `other` by batch row, not by slot: pointed at the
-    // checkpoint pool (or a pair's copy), they would overwrite other slots' checkpoints.
-    // (load_state only reads it.)
-    if (Op != op::load &&
-        (static_cast<const void*>(other.data) == static_cast<const void*>(p.state.data) ||
-         (Policy::has_serving_copy &&
-          static_cast<const void*>(other.data) == static_cast<const void*>(p.serving.data))))
-      return fail(status::bad_stride,
-                  "mamba2: the caller's state buffer (materialize's dest, eager_draft_step's "
-                  "intermediate) is the state pool itself: it is written by batch row, so it "
-                  "must be a separate array");
+    if (Op != op::load) {  // (load_state only reads `other`)
+      if (auto r = detail::check_caller_buffer(
+              other.data, p.state.data,
+              Policy::has_serving_copy ? static_cast<const void*>(p.serving.data) : nullptr,
+              "mamba2: the caller's state buffer (materialize's dest, eager_draft_step's "
+              "intermediate) is the state pool itself: it is written by batch row, so it "
+              "must be a separate array");
+          !r)
+        return r;
+    }
   }
   if constexpr (Op == op::decode && Policy::pipeline_stages < 2) {  // (the split replay step)
     if (auto r = check_workspace(
@@ -209,13 +208,12 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
                   "is, kept current by the kernels)");
     if (Op == op::fork && (!p.branch.ckpt_of || !p.branch.fork_src))
       return fail(status::null_pointer, "mamba2: fork needs branch.ckpt_of and branch.fork_src");
-    if (p.branch.ckpt_of &&
-        (static_cast<const void*>(p.branch.ckpt_of) == static_cast<const void*>(p.cursors.cursor) ||
-         static_cast<const void*>(p.branch.ckpt_of) ==
-             static_cast<const void*>(p.cursors.arrivals)))
-      return fail(status::bad_stride,
-                  "mamba2: branch.ckpt_of is the same array as cursors.cursor or "
-                  "cursors.arrivals: each needs its own [num_slots] array");
+    if (auto r = detail::check_branch_map(
+            p.branch.ckpt_of, p.cursors,
+            "mamba2: branch.ckpt_of is the same array as cursors.cursor or "
+            "cursors.arrivals: each needs its own [num_slots] array");
+        !r)
+      return r;
     if (Op == op::fork || p.branch.ckpt_of)  // the plain kernels stay as measured
       return launch_mamba2_items<mamba2_agent<Policy, Op, MaxDraft, true>, Op>(p, other, stream);
   }

@@ -90,6 +90,25 @@ inline bool shares_base(const void* const (&ptrs)[N]) {
   return false;
 }
 
+/// materialize and eager_draft_step write the caller's state buffer `other` by batch row, not by
+/// slot: pointed at the checkpoint pool or a pair's serving copy (`serving`, null without one)
+/// they would overwrite other slots' checkpoints. `what` is the error message.
+inline result check_caller_buffer(const void* other, const void* state, const void* serving,
+                                  const char* what) {
+  if (other == state || (serving != nullptr && other == serving))
+    return fail(status::bad_stride, what);
+  return ok();
+}
+
+/// A branching launch's `branch.ckpt_of` is written with the cursors: it needs its own array.
+/// `what` is the error message.
+inline result check_branch_map(const int32_t* ckpt_of, const cursor_ref& c, const char* what) {
+  if (ckpt_of != nullptr && (ckpt_of == c.cursor || static_cast<const void*>(ckpt_of) ==
+                                                        static_cast<const void*>(c.arrivals)))
+    return fail(status::bad_stride, what);
+  return ok();
+}
+
 inline result check_launch() {
   const cudaError_t e = cudaGetLastError();  // (clears it: the message is all the caller gets)
   if (e != cudaSuccess) return fail(status::cuda_error, cudaGetErrorString(e));
