@@ -8,6 +8,10 @@
 //   decay0 = exp(sum_{i = 0..n} A dt_i)
 // so that y[p] = decay0 (h_c[p, :] . C) + sum_q w_q x_q[p] + D x_cur[p], then y *= silu(z[p]).
 // Workspace layout: `[batch][nheads][BufferLen + 1]` floats, w_0..w_n then decay0 at BufferLen.
+// The coefficient kernel also appends the current step's B (as given) and dt (after bias and
+// softplus) at buffer position n, which it reads anyway: the stream kernel's replay rows
+// (mamba2_stream.cuh) then hold neither across their barrier. (The split item kernel appends the
+// same bits again, after its pdl_wait.)
 #pragma once
 
 #include <replayssm/detail/ops.cuh>
@@ -102,6 +106,12 @@ REPLAYSSM_DEVICE void mamba2_coef_row(const mamba2_params<Policy>& p, int b, flo
         const int d = i / cpd;
         dots[(d / m) * L + d % m] = sum;
       }
+      // The current step's B appended at position n, as given (the decode grid's replay rows
+      // do not: nothing in either grid reads it there; 16-byte aligned, validated).
+      if (i < total && (i / cpd) % m == n) {
+        const int d = i / cpd, c = (i % cpd) * vec;
+        *reinterpret_cast<uint4*>(p.buffer.B + ((slot * L + n) * G + d / m) * N + c) = braw[k];
+      }
     }
   }
   __syncthreads();
@@ -129,6 +139,7 @@ REPLAYSSM_DEVICE void mamba2_coef_row(const mamba2_params<Policy>& p, int b, flo
       }
     }
     out[L] = expf(log_decay);
+    p.buffer.dt[(slot * L + n) * H + h] = dt_cur;  // the current step's dt appended at n
   }
 }
 

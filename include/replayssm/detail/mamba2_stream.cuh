@@ -15,20 +15,24 @@
 // loads in flight, where a head per block would leave it 4 or 2 (bench/NOTES.md v11); an 8-bit
 // fragment's dot is taken over the codes and multiplied by its row's scale once. Lane
 // q <= n owns step q's x values of those R rows (q < n buffered, q = n the current step). A replay
-// row (n + 1 < K) reads its cursor, requests its state rows, the x values and the current dt and B,
-// passes one block barrier (the cursor arrival, as in the fused path: every thread has used its
-// read of n), appends dt and B, waits for the coefficient grid (`pdl_wait`), then requests its
-// row's weights w_0..w_n and decay from the workspace (mamba2_split.cuh) together with C, D and
-// z (one latency; holding them across the wait cost spills at 64 registers) and forms, per lane
-// and row,
+// row (n + 1 < K) reads its cursor, requests its state rows and then every other input before it
+// uses any (bench/experiments/stream16_latency.md): the x values (16-byte loads where the current
+// step is aligned, so that no lane waits for them), and, after `pdl_wait` (the coefficient grid
+// has completed: a wait for the first wave only), its row's weights w_0..w_n, decay and D from
+// the workspace (mamba2_split.cuh), C and z, by asynchronous copies into the block's shared
+// memory (the fused agent's storage, which replay rows do not use otherwise); waits for its own
+// copies, passes one block barrier (the cursor arrival, as in the fused path: every thread has
+// used its read of n), and only then waits for the state. (Loaded into registers, those inputs
+// shared the state's scoreboard: their first use waited for the state, and the workspace, C
+// and z loads took one more latency after it.) It forms, per lane and row,
 //   decay (h[p, E lane' ..] . C[E lane' ..]) + (w_lane + [lane == n] D) x_lane[p]
 // (the dot only on the lanes whose fragment is of row p),
-// reduced over the warp by one transposing sum (no shared memory); y *= silu(z); lane n appends
-// x. The buffer ends up exactly as the fused path leaves it (x, B as given; dt after bias and
-// softplus, same formula), and the cursor advances by the same per-slot arrival protocol
-// (run_item.cuh; blocks per slot: heads(p) = nheads / HB rounded up; committing rows arrive
-// once per head, the fused kernel's count). The summation order differs from the fused path (fp32
-// rounding only).
+// reduced over the warp by one transposing sum; y *= silu(z); lane n appends x (the coefficient
+// kernel appended the current step's dt and B). The buffer ends up exactly as the fused path
+// leaves it (x, B as given; dt after bias and softplus, same formula), and the cursor advances
+// by the same per-slot arrival protocol (run_item.cuh; blocks per slot: heads(p) = nheads / HB
+// rounded up; committing rows arrive once per head, the fused kernel's count). The summation
+// order differs from the fused path (fp32 rounding only).
 //
 // A committing row (n + 1 >= K) runs the fused agent's path in the same block (its own cursor
 // read, arrival and fold), so a launch is still coefficient grid + one decode grid. Not a third
@@ -113,9 +117,44 @@ struct mamba2_stream_agent {
   static_assert(mamba2_stream_supported<Policy>::value,
                 "mamba2_stream_agent: policy not supported (see mamba2_stream_supported)");
   static_assert(fused::tiles_per_head == 1, "mamba2_stream_agent: one tile per head");
-  using shared_storage = typename fused::shared_storage;  ///< used by commit rows only
+  /// A replay block's staging, per head: C and z (as given, their bits), the weights w_0..w_n
+  /// with decay at index L, and D, copied asynchronously before the block's barrier, so that
+  /// nothing after it waits for more than shared memory and the state (see stream()). In the
+  /// fused agent's storage, which only commit rows use.
+  using bits_t = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
+  struct stage_t {
+    alignas(16) bits_t C[HB][N];
+    alignas(16) bits_t z[HB][P];
+    alignas(16) float w[HB][L + 1];
+    float D[HB];
+  };
+  union shared_storage {
+    typename fused::shared_storage f;  ///< commit rows
+    stage_t st;                        ///< replay rows
+  };
+  static_assert(sizeof(stage_t) <= sizeof(typename fused::shared_storage),
+                "mamba2_stream_agent: the replay staging fits the fused agent's storage");
 
   shared_storage& s;
+
+  /// An input value from its bits, as a float.
+  static REPLAYSSM_DEVICE float value_of(bits_t u) {
+    if constexpr (sizeof(T) == 4)
+      return __uint_as_float(u);
+    else if constexpr (std::is_same<T, __nv_bfloat16>::value)
+      return __uint_as_float(uint32_t(u) << 16);
+    else
+      return __half2float(__ushort_as_half(u));
+  }
+  /// The bits of an input value (C staging).
+  static REPLAYSSM_DEVICE bits_t bits_of(T v) {
+    if constexpr (sizeof(T) == 4)
+      return __float_as_uint(v);
+    else if constexpr (std::is_same<T, __nv_bfloat16>::value)
+      return __bfloat16_as_ushort(v);
+    else
+      return __half_as_ushort(v);
+  }
 
   /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
   /// launcher falls back to the split item kernel otherwise).
@@ -136,19 +175,19 @@ struct mamba2_stream_agent {
     if (n + 1 >= K) {
       // One fused item per head (each reads the slot and cursor again, the same values: the
       // slot's H arrivals are not complete before this block's last head has arrived).
-      fused{s}.run(p, b, hb * HB, 0, other);
+      fused{s.f}.run(p, b, hb * HB, 0, other);
       if (HB == 2 && hb * HB + 1 < p.nheads) {
         __syncthreads();  // the second head reuses the shared storage
-        fused{s}.run(p, b, hb * HB + 1, 0, other);
+        fused{s.f}.run(p, b, hb * HB + 1, 0, other);
       }
       return;
     }
     stream(p, b, hb, slot, n);
   }
 
-  /// A replay row's item for the block's heads hb * HB ..: the state rows, x values, dt and B
-  /// requested before any is used; the barrier and arrival; the dt and B appends; after
-  /// pdl_wait the weights, C, D and z; the output, the x append and the cursor. Warp w works on
+  /// A replay row's item for the block's heads hb * HB ..: the state rows, the x values, and after
+  /// pdl_wait the weights, decay, D, C and z (staged), all requested before any is used; the
+  /// barrier and arrival; the output, the x append and the cursor. Warp w works on
   /// head hb * HB + w / WH, rows (w % WH) * R ..; a lane holds KL 16-byte state fragments (E
   /// elements of row p0 + k RPL + lane / LPR at column (lane % LPR) E). Call from all threads.
   REPLAYSSM_DEVICE void stream(const params_t& p, int b, int hb, int64_t slot, int n) {
@@ -160,7 +199,6 @@ struct mamba2_stream_agent {
     const int hw = HB == 1 ? 0 : warp / WH;  // the warp's head within the block
     const int h = hb * HB + hw;              // (>= H: a missing last head, idle)
     const bool live = HB == 1 || h < H;
-    const int g = (live ? h : 0) / (H / G);
     const int p0 = (HB == 1 ? warp : warp - hw * WH) * R;
     const int tl = HB == 1 ? int(threadIdx.x) : int(threadIdx.x) - hw * WH * 32;  // in the head
     const int half = RPL == 1 ? 0 : lane / LPR;  // which row of a warp load (16-, 8-bit)
@@ -185,67 +223,94 @@ struct mamba2_stream_agent {
       }
     }
 
-    // 2. The x values (lane q <= n: step q's values of the warp's rows, as given in type T) and
-    // the current step's dt (the head's first thread) and B (the group's first head, one
-    // element per thread of the head's warps), which are appended exactly as the fused path
-    // appends them.
+    // 2. The x values (lane q <= n: step q's values of the warp's rows, as given in type T):
+    // buffered rows and a 16-byte aligned current step by R / xe 16-byte loads, not waited on
+    // before the state; a current step at another alignment element by element.
     uint4 xr[chunks];
 #pragma unroll
     for (int k = 0; k < chunks; ++k) xr[k] = make_uint4(0u, 0u, 0u, 0u);
-    if (live && lane < n) {  // buffered rows: 16-byte aligned (validated), R whole chunks
-      const uint4* src = reinterpret_cast<const uint4*>(
-          p.buffer.x + ((slot * L + lane) * H + h) * int64_t(P) + p0);
+    if (live && lane <= n) {
+      const T* src = lane < n ? p.buffer.x + ((slot * L + lane) * H + h) * int64_t(P) + p0
+                              : p.in.x + b * p.in.x_batch_stride + h * p.in.x_head_stride + p0;
+      if (lane < n || reinterpret_cast<uintptr_t>(src) % 16 == 0) {  // (buffered: validated)
 #pragma unroll
-      for (int k = 0; k < chunks; ++k) xr[k] = __ldg(src + k);
-    } else if (live && lane == n) {  // the current step: any alignment
-      const T* src = p.in.x + b * p.in.x_batch_stride + h * p.in.x_head_stride + p0;
+        for (int k = 0; k < chunks; ++k) xr[k] = __ldg(reinterpret_cast<const uint4*>(src) + k);
+      } else {
 #pragma unroll
-      for (int i = 0; i < R; ++i) frag_set<T>(xr[i / xe], i % xe, src[i]);
+        for (int i = 0; i < R; ++i) frag_set<T>(xr[i / xe], i % xe, src[i]);
+      }
     }
-    T dt_raw = T();  // (bias and softplus at the append: no wait before the barrier)
-    if (live && tl == 0) dt_raw = p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride];
-    const bool lead = live && h % (H / G) == 0;
-    T b_cur = T();
-    if (lead && tl < N) b_cur = p.in.B[b * p.in.B_batch_stride + g * p.in.B_group_stride + tl];
 
-    // 3. The cursor arrival: every thread has used its read of the cursor (and checkpoint index)
+    // 3. The coefficient grid's results (it has completed and its writes are visible; blocks
+    // after the first wave do not wait here): the weights, decay and D (added to w_n below), by
+    // the head's last warp, as asynchronous copies into the staging, which hold no register.
+    // (Loaded into registers, ptxas gave them the state's scoreboard: their first use waited for
+    // the state, so the output took one more latency after it. Requested first, before any
+    // instruction that could wait for the state is scheduled.)
+    pdl_wait();
+    const int64_t at = slot * L + n;
+    stage_t& sg = s.st;
+    if (live) {
+      const int q = tl - (WH - 1) * 32;  // the head's last warp: the weights (n <= K - 2 <= 30)
+      const float* ws = p.workspace + (int64_t(b) * H + h) * (L + 1);
+      if (q >= 0 && q <= n) cp_async4(&sg.w[hw][q], ws + q);
+      if (q == 31) cp_async4(&sg.w[hw][L], ws + L);
+      if (q == n && p.weights.D) cp_async4(&sg.D[hw], p.weights.D + h);
+    }
+    // 4. C and z rows of the block's heads (as given), copied the same way, 16 bytes each; rows
+    // at another alignment element by element (waited for before the barrier). Then every copy
+    // of this thread has landed; the state and the x values have not been waited for.
+    constexpr int ce = 16 / int(sizeof(T));  // elements per 16-byte copy
+    const int g = (live ? h : 0) / (H / G);  // (after the state's requests: two divisions)
+    if (live) {
+      const T* Cg = p.in.C + b * p.in.C_batch_stride + g * p.in.C_group_stride;
+      if (tl < N / ce) {  // (the head's first warp)
+        if (reinterpret_cast<uintptr_t>(Cg) % 16 == 0)
+          cp_async16(&sg.C[hw][tl * ce], Cg + tl * ce);
+        else
+#pragma unroll
+          for (int e = 0; e < ce; ++e) sg.C[hw][tl * ce + e] = bits_of(Cg[tl * ce + e]);
+      }
+      const int tz = tl - 32;  // (the head's second warp)
+      if (p.in.z && tz >= 0 && tz < P / ce) {
+        const T* zg = p.in.z + b * p.in.z_batch_stride + h * p.in.z_head_stride;
+        if (reinterpret_cast<uintptr_t>(zg) % 16 == 0)
+          cp_async16(&sg.z[hw][tz * ce], zg + tz * ce);
+        else
+#pragma unroll
+          for (int e = 0; e < ce; ++e) sg.z[hw][tz * ce + e] = bits_of(zg[tz * ce + e]);
+      }
+    }
+    cp_async_wait_all();  // (this thread's copies; the barrier shows them to the block)
+
+    // 5. The cursor arrival: every thread has used its read of the cursor (and checkpoint index)
     // before this barrier (run_item.cuh slot_arrival); the atomic overlaps the rest.
     __syncthreads();
     slot_arrival arrival;
     arrival.arrive(p.cursors.arrivals, slot);
-    const int64_t at = slot * L + n;
-    if (live) {
-      // Append the current step's B (as given) and dt (after bias and softplus, computed exactly
-      // as the fused path and the coefficient kernel compute it) at position n now: their
-      // registers are free before the output's peak. (Nothing this launch reads lives there.)
-      if (tl == 0) p.buffer.dt[at * H + h] = mamba2_step_dt(p, to_float(dt_raw), h);
-      if (lead && tl < N) p.buffer.B[(at * G + g) * N + tl] = b_cur;
-    }
-
-    // 4. The coefficient grid's results (it has completed and its writes are visible), requested
-    // with C, D and z: one latency after the wait, none of their registers held across it.
-    pdl_wait();
     using sum = transpose_sum<R, 32>;  // afterwards lane l holds row p0 + sum::index(l)
     const int r_out = sum::index(lane);
     if (live) {
-      const float* ws = p.workspace + (int64_t(b) * H + h) * (L + 1);
-      float w = lane <= n ? ws[lane] : 0.f;
-      const float decay = ws[L];
+      float w = lane <= n ? sg.w[hw][lane] : 0.f;
+      if (lane == n && p.weights.D) w += sg.D[hw];  // D x_cur rides on the current weight
+      const float decay = sg.w[hw][L];
       // C as given, packed (a 16-bit C takes E / 2 registers instead of E), widened in the dot.
+      constexpr int cbytes = E * int(sizeof(T));
       uint4 cr[(E + xe - 1) / xe];
       {
-        const T* Cg = p.in.C + b * p.in.C_batch_stride + g * p.in.C_group_stride + (lane % LPR) * E;
+        const bits_t* Cs = &sg.C[hw][(lane % LPR) * E];  // (cbytes-aligned)
+        if constexpr (cbytes % 16 == 0) {
 #pragma unroll
-        for (int k = 0; k < (E + xe - 1) / xe; ++k) cr[k] = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-        for (int e = 0; e < E; ++e) frag_set<T>(cr[e / xe], e % xe, Cg[e]);
+          for (int k = 0; k < cbytes / 16; ++k) cr[k] = reinterpret_cast<const uint4*>(Cs)[k];
+        } else {
+          static_assert(cbytes == 8, "mamba2_stream_agent: C fragments of 8 or 16k bytes");
+          const uint2 c2 = *reinterpret_cast<const uint2*>(Cs);
+          cr[0] = make_uint4(c2.x, c2.y, 0u, 0u);
+        }
       }
-      float gate = 0.f;
-      if (p.in.z && sum::leader(lane))
-        gate = to_float(p.in.z[b * p.in.z_batch_stride + h * p.in.z_head_stride + p0 + r_out]);
-      if (lane == n && p.weights.D) w += p.weights.D[h];  // D x_cur rides on the current weight
+      const float gate = p.in.z && sum::leader(lane) ? value_of(sg.z[hw][p0 + r_out]) : 0.f;
 
-      // 5. Per-row partial sums of this lane (a fragment's dot counts for its own row only),
+      // 6. Per-row partial sums of this lane (a fragment's dot counts for its own row only),
       // reduced over the warp.
       float v[R];
 #pragma unroll
@@ -276,7 +341,7 @@ struct mamba2_stream_agent {
             from_float<T>(y);
       }
 
-      // 6. Append the current step's x at position n (exactly as given).
+      // 7. Append the current step's x at position n (exactly as given).
       if (lane == n) {
         uint4* dst = reinterpret_cast<uint4*>(p.buffer.x + (at * H + h) * int64_t(P) + p0);
 #pragma unroll
@@ -284,7 +349,7 @@ struct mamba2_stream_agent {
       }
     }
 
-    // 7. The slot's last block sets cursor n + 1 (and, branching, keeps ckpt_of at rd).
+    // 8. The slot's last block sets cursor n + 1 (and, branching, keeps ckpt_of at rd).
     arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, uint32_t(heads(p)), n + 1,
                    Branch ? p.branch.ckpt_of : nullptr, ck.rd);
   }
