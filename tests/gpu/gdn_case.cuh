@@ -38,6 +38,9 @@ struct gdn_case {
   bool use_workspace = false;
   /// The params' split_min_batch when use_workspace (0: the split step at any batch).
   int split_min_batch = 0;
+  /// Set before allocate(): the inputs q, k, v, g and beta start this many elements into their
+  /// arrays (1: no row is 8- or 16-byte aligned, the kernels' element-by-element paths).
+  int input_offset = 0;
   int ws_rows = 0;
   dev_array<float> ws;
 
@@ -89,11 +92,11 @@ struct gdn_case {
     hv.assign(size_t(b) * Hv * VD, T{});
     hg.assign(size_t(b) * Hv, 0.f);
     hbeta = hg;
-    q = dev_array<T>(hq.size());
-    k = dev_array<T>(hk.size());
-    v = dev_array<T>(hv.size());
-    g = dev_array<float>(hg.size());
-    beta = dev_array<float>(hbeta.size());
+    q = dev_array<T>(input_offset + hq.size());
+    k = dev_array<T>(input_offset + hk.size());
+    v = dev_array<T>(input_offset + hv.size());
+    g = dev_array<float>(input_offset + hg.size());
+    beta = dev_array<float>(input_offset + hbeta.size());
     out_r = dev_array<T>(hv.size());
     out_e = dev_array<T>(hv.size());
   }
@@ -169,11 +172,11 @@ struct gdn_case {
     }
   }
   void upload_inputs() {
-    q.upload(hq);
-    k.upload(hk);
-    v.upload(hv);
-    g.upload(hg);
-    beta.upload(hbeta);
+    q.upload(hq, input_offset);
+    k.upload(hk, input_offset);
+    v.upload(hv, input_offset);
+    g.upload(hg, input_offset);
+    beta.upload(hbeta, input_offset);
   }
 
   /// Rows of `rows` states at d, in the case's layout (fp32, or S for typed checkpoints).
@@ -192,18 +195,18 @@ struct gdn_case {
     p.head_v_dim = VD;
     p.l2norm_qk = true;
     p.scale = 0.f;
-    p.in.q = q.ptr;
+    p.in.q = q.ptr + input_offset;
     p.in.q_batch_stride = Hk * KD;
     p.in.q_head_stride = KD;
-    p.in.k = k.ptr;
+    p.in.k = k.ptr + input_offset;
     p.in.k_batch_stride = Hk * KD;
     p.in.k_head_stride = KD;
-    p.in.v = v.ptr;
+    p.in.v = v.ptr + input_offset;
     p.in.v_batch_stride = Hv * VD;
     p.in.v_head_stride = VD;
-    p.in.g = g.ptr;
+    p.in.g = g.ptr + input_offset;
     p.in.g_batch_stride = Hv;
-    p.in.beta = beta.ptr;
+    p.in.beta = beta.ptr + input_offset;
     p.in.beta_batch_stride = Hv;
     p.in.out = out;
     p.in.out_batch_stride = Hv * VD;

@@ -67,9 +67,10 @@ struct dev_array {
     if (ptr) cudaFree(ptr);
   }
   size_t bytes() const { return n * sizeof(T); }
-  void upload(const std::vector<T>& h) {
-    REQUIRE(h.size() == n);
-    RTEST_CUDA(cudaMemcpy(ptr, h.data(), bytes(), cudaMemcpyHostToDevice));
+  /// Uploads h to elements at .. at + h.size(), which must end the array.
+  void upload(const std::vector<T>& h, size_t at = 0) {
+    REQUIRE(at + h.size() == n);
+    RTEST_CUDA(cudaMemcpy(ptr + at, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   }
   std::vector<T> download() const {
     std::vector<T> h(n);

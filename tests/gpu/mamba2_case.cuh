@@ -39,6 +39,9 @@ struct mamba2_case {
   int split_min_batch = 0;
   int ws_rows = 0;
   dev_array<float> ws;
+  /// Set before allocate(): the inputs x, dt, B, C and z start this many elements into their
+  /// arrays (1: no row is 16-byte aligned, the kernels' element-by-element paths).
+  int input_offset = 0;
 
   mamba2_case(int H, int G, bool with_z) {
     cfg = ref::mamba2_config{H, P, N, G, true, with_z, true};
@@ -106,11 +109,11 @@ struct mamba2_case {
     hdt.assign(size_t(b) * H, T{});
     hB.assign(size_t(b) * G * N, T{});
     hC = hB;
-    x = dev_array<T>(hx.size());
-    z = dev_array<T>(hz.size());
-    dt = dev_array<T>(hdt.size());
-    B = dev_array<T>(hB.size());
-    C = dev_array<T>(hC.size());
+    x = dev_array<T>(input_offset + hx.size());
+    z = dev_array<T>(input_offset + hz.size());
+    dt = dev_array<T>(input_offset + hdt.size());
+    B = dev_array<T>(input_offset + hB.size());
+    C = dev_array<T>(input_offset + hC.size());
     out_r = dev_array<T>(hx.size());
     out_e = dev_array<T>(hx.size());
   }
@@ -164,11 +167,11 @@ struct mamba2_case {
     }
   }
   void upload_inputs() {
-    x.upload(hx);
-    z.upload(hz);
-    dt.upload(hdt);
-    B.upload(hB);
-    C.upload(hC);
+    x.upload(hx, input_offset);
+    z.upload(hz, input_offset);
+    dt.upload(hdt, input_offset);
+    B.upload(hB, input_offset);
+    C.upload(hC, input_offset);
   }
 
   /// Rows of `rows` states at d, in the case's layout (fp32, or S for typed checkpoints).
@@ -185,20 +188,20 @@ struct mamba2_case {
     p.headdim = P;
     p.dstate = N;
     p.weights = {A.ptr, dt_bias.ptr, cfg.has_D ? D.ptr : nullptr, true};
-    p.in.x = x.ptr;
+    p.in.x = x.ptr + input_offset;
     p.in.x_batch_stride = H * P;
     p.in.x_head_stride = P;
-    p.in.dt = dt.ptr;
+    p.in.dt = dt.ptr + input_offset;
     p.in.dt_batch_stride = H;
     p.in.dt_head_stride = 1;
-    p.in.B = B.ptr;
+    p.in.B = B.ptr + input_offset;
     p.in.B_batch_stride = G * N;
     p.in.B_group_stride = N;
-    p.in.C = C.ptr;
+    p.in.C = C.ptr + input_offset;
     p.in.C_batch_stride = G * N;
     p.in.C_group_stride = N;
     if (cfg.has_z) {
-      p.in.z = z.ptr;
+      p.in.z = z.ptr + input_offset;
       p.in.z_batch_stride = H * P;
       p.in.z_head_stride = P;
     }

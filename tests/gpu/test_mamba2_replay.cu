@@ -20,9 +20,9 @@ using mamba2_f32_L16_K16_pipe3 = replay_policy<m2f, 16, 16, precision::fp32, 64,
 using mamba2_bf16_L8_K4_pipe2 = replay_policy<m2b, 8, 4, precision::fp32, 32, 128, 2>;
 
 // The long run of one policy on the real shapes, with or without the split replay step's
-// workspace (mamba2_params::workspace on every decode_step).
+// workspace (mamba2_params::workspace on every decode_step); `input_offset` as mamba2_case's.
 template <class Policy>
-void run_long(bool workspace) {
+void run_long(bool workspace, int input_offset = 0) {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -37,11 +37,12 @@ void run_long(bool workspace) {
     SECTION(s.name) {
       mamba2_case<Policy> c(s.H, s.G, s.z);
       c.use_workspace = workspace;
+      c.input_offset = input_offset;
       const auto rep = rtest::run_replay_vs_eager(c, cfg, rng);
       std::printf(
-          "[mamba2%s K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
+          "[mamba2%s%s K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
           "replay-eager %.2e state %.2e\n",
-          workspace ? " split" : "", Policy::commit_interval, Policy::buffer_len,
+          workspace ? " split" : "", input_offset ? " unaligned inputs" : "", Policy::commit_interval, Policy::buffer_len,
           sizeof(typename Policy::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
           rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
     }
@@ -65,6 +66,17 @@ TEMPLATE_TEST_CASE("mamba2 split replay step (workspace) equals eager and the fl
                    mamba2_f32_L16_K8, mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L32_K16,
                    mamba2_f32_L16_K16_pipe3) {
   run_long<TestType>(true);
+}
+
+// Inputs at any alignment: x, dt, B, C and z one element into their arrays, so that no row is
+// 16-byte aligned (engines slice them out of fused projections). Every kernel takes its
+// element-by-element path for the current step (the stream kernel's x, C and z, the coefficient
+// kernel's B and C), and the buffer, written from those values, is aligned as validated.
+TEMPLATE_TEST_CASE("mamba2 decode with inputs at any alignment equals eager and the float64 "
+                   "reference",
+                   "[gpu][mamba2][replay][split]", mamba2_f32_L16_K16, mamba2_bf16_L32_K16) {
+  SECTION("fused decode step") { run_long<TestType>(false, 1); }
+  SECTION("split decode step (workspace)") { run_long<TestType>(true, 1); }
 }
 
 // Below split_min_batch a decode with a workspace runs the fused kernel: the outputs still match

@@ -111,14 +111,22 @@ REPLAYSSM_DEVICE void gdn_coef_item(const gdn_params<Policy>& p, int b, int hk,
   const int n = s.n, m = n + 1;
   if (n + 1 >= K) return;  // a committing row: the decode kernel's fused path does it all
   pdl_trigger();
-  // Nothing read below is written by the decode grid: it appends at position n only.
+  // Nothing read below is written by the decode grid: it appends at position n only, and so
+  // does this block (k, its factor, g and beta of the current step: the values the decode grid's
+  // split item kernel appends again, the same bits; a row whose checkpoint index is out of range
+  // gets them past its cursor, where nothing reads them before the next step rewrites them).
   using T = typename Policy::input_type;
   const T* kb = p.buffer.k + (int64_t(slot) * L * Hk + hk) * KD;  // step j at + j * Hk * KD
   for (int i = threadIdx.x; i < n * KD; i += NT)
     s.k[i / KD][i % KD] = to_float(kb[int64_t(i / KD) * Hk * KD + i % KD]);
+  // The current step's k is also appended at position n here, as given (the stream kernel's
+  // replay rows do not: gdn_stream.cuh), and below its factor, g and beta.
+  const int64_t at = slot * L + n;
   for (int i = threadIdx.x; i < KD; i += NT) {
     s.q[i] = to_float(p.in.q[b * p.in.q_batch_stride + hk * p.in.q_head_stride + i]);
-    s.k[n][i] = to_float(p.in.k[b * p.in.k_batch_stride + hk * p.in.k_head_stride + i]);
+    const T k_cur = p.in.k[b * p.in.k_batch_stride + hk * p.in.k_head_stride + i];
+    s.k[n][i] = to_float(k_cur);
+    p.buffer.k[(at * Hk + hk) * KD + i] = k_cur;
   }
   for (int j = threadIdx.x; j < n; j += NT) s.ksc[j] = p.buffer.kscale[(slot * L + j) * Hk + hk];
   __syncthreads();
@@ -128,6 +136,7 @@ REPLAYSSM_DEVICE void gdn_coef_item(const gdn_params<Policy>& p, int b, int hk,
     if (threadIdx.x == 0) {
       s.qscale = qs;
       s.ksc[n] = ks;
+      p.buffer.kscale[at * Hk + hk] = ks;  // (the fused path's function, the same floats)
     }
   }
   __syncthreads();
@@ -143,6 +152,10 @@ REPLAYSSM_DEVICE void gdn_coef_item(const gdn_params<Policy>& p, int b, int hk,
           j < n ? p.buffer.g[(slot * L + j) * Hv + hv] : p.in.g[b * p.in.g_batch_stride + hv];
       s.beta[warp][j] = j < n ? p.buffer.beta[(slot * L + j) * Hv + hv]
                               : p.in.beta[b * p.in.beta_batch_stride + hv];
+      if (j == n) {  // the current g and beta appended at position n, as given
+        p.buffer.g[at * Hv + hv] = s.g[warp][j];
+        p.buffer.beta[at * Hv + hv] = s.beta[warp][j];
+      }
     }
     __syncwarp();
     float* ws = p.workspace + (int64_t(b) * Hv + hv) * (KD + L);

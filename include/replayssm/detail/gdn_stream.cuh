@@ -19,13 +19,15 @@
 // one warp load is RPL = 1, 2 or 4 rows and a lane holds KL = 32, 16 or 8 fragments (128, 64 or
 // 32 registers; 8-bit codes with their rows' scales). All of them are requested first, with the
 // lane's 4 columns of v_j for the warp's steps j = w, w + 4, ... <= n (buffered for j < n, the
-// current step's for j = n; where registers are short, halfway through the contraction instead:
-// early_v), the current g, beta and (warp 0 of the k head's first value head) raw k; then one
-// block barrier and the cursor arrival (as the fused path: every thread has used its read of n
-// and of the checkpoint index before it); the g, beta, k and k factor appends (the factor by
-// gdn_step_factors, the fused path's function, from the same floats); pdl_wait; r (one value per
-// lane, row k0 + lane, broadcast by shuffles) and c_j from the workspace (gdn_split.cuh); then per
-// lane, with no shuffle per row,
+// current step's for j = n, one load where aligned; where registers are short, halfway through
+// the contraction instead: early_v); then, after pdl_wait, r (row k0 + lane by lane) and c_j from
+// the workspace (gdn_split.cuh) by asynchronous copies into shared memory, so that nothing waits
+// for the state before every input is in flight (bench/experiments/stream16_latency.md found the
+// Mamba-2 stream kernel's post-pdl_wait loads issued only after its state had landed); one block
+// barrier and the cursor arrival (as the fused path: every thread has used its read of n and of
+// the checkpoint index before it). The coefficient grid appends the current g, beta, k and k
+// factor (it reads them anyway; the factor by gdn_step_factors, the fused path's function, from
+// the same floats). Then per lane, with no shuffle per row,
 //   o_part[c] = sum_{its rows k} h[k][c] r[k]          (8-bit: the code times r[k] scale[k])
 // over its E columns, reduced over the RPL lanes that share those columns by one transposing sum
 // (log2 RPL shuffle levels; afterwards every lane holds 4 columns, 128 per warp), plus
@@ -156,10 +158,20 @@ struct gdn_stream_agent {
           vr[i].x = u.x;
           vr[i].y = u.y;
         }
-      } else if (j == n) {
+      } else if (j == n) {  // one load where aligned (no lane waits for it before the state)
         const T* src = p.in.v + b * p.in.v_batch_stride + hv * p.in.v_head_stride + col;
+        if (reinterpret_cast<uintptr_t>(src) % (4 * sizeof(T)) == 0) {
+          if constexpr (sizeof(T) == 4) {
+            vr[i] = __ldg(reinterpret_cast<const uint4*>(src));
+          } else {
+            const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
+            vr[i].x = u.x;
+            vr[i].y = u.y;
+          }
+        } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) frag_set<T>(vr[i], e, src[e]);
+          for (int e = 0; e < 4; ++e) frag_set<T>(vr[i], e, src[e]);
+        }
       }
     }
   }
@@ -181,8 +193,7 @@ struct gdn_stream_agent {
 
   /// A replay row's item (see the file comment). Call from all threads.
   REPLAYSSM_DEVICE void stream(const params_t& p, int b, int hv, int64_t slot, int n) {
-    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
-    const int per_k = Hv / Hk, hk = hv / per_k;
+    const int Hv = p.num_v_heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int k0 = warp * RW;                    // the warp's first state row
     const int half = RPL == 1 ? 0 : lane / LPR;  // which row of a warp load (16-, 8-bit)
@@ -209,63 +220,38 @@ struct gdn_stream_agent {
     }
 
     // 2. The lane's 4 columns of v_j for the warp's steps (load_steps: here where `early_v`,
-    // else halfway through the contraction); the current g and beta (thread 0) and raw k (warp 0
-    // of the k head's first value head, KPL values per lane), held in registers across the
-    // barrier (no thread waits for them before it) and appended exactly as the fused path
-    // appends them.
+    // else halfway through the contraction). The current g, beta, k and k factor are appended at
+    // position n by the coefficient grid, which reads them anyway (gdn_split.cuh).
     uint4 vr[SPW];  // 4 elements of T (16-bit: words x and y)
     if constexpr (early_v) load_steps(p, b, hv, slot, n, vr);
-    float g_cur = 0.f, beta_cur = 0.f;
-    if (threadIdx.x == 0) {
-      g_cur = p.in.g[b * p.in.g_batch_stride + hv];
-      beta_cur = p.in.beta[b * p.in.beta_batch_stride + hv];
-    }
-    const bool lead = hv % per_k == 0 && warp == 0;  // appends k and its factor
-    T k_cur[KPL];
-#pragma unroll
-    for (int e = 0; e < KPL; ++e) k_cur[e] = T();
-    if (lead) {
-      const T* src = p.in.k + b * p.in.k_batch_stride + hk * p.in.k_head_stride + lane;
-#pragma unroll
-      for (int e = 0; e < KPL; ++e) k_cur[e] = src[32 * e];
+
+    // 3. The coefficient grid's results (it has completed and its writes are visible; blocks
+    // after the first wave do not wait here): r of the warp's rows (lane l: row k0 + l) and c_j
+    // of its steps, copied asynchronously into shared memory (s.q[0], s.c[0]: unused by replay
+    // rows), so that no register waits for them. (Loaded into registers after the barrier, they
+    // were requested only once the state had landed: bench/experiments/stream16_latency.md, the
+    // Mamba-2 stream kernel's study.) Each warp copies, and later reads, only its own entries.
+    pdl_wait();
+    {
+      const float* ws = p.workspace + (int64_t(b) * Hv + hv) * (KD + L);
+      cp_async4(&s.q[0][k0 + lane], ws + k0 + lane);  // (RW == 32 rows per warp)
+      const int j = warp + warps * lane;               // step of lane i < SPW
+      if (lane < SPW && j <= n) cp_async4(&s.c[0][j], ws + KD + j);
+      cp_async_wait_all();
     }
 
-    // 3. The cursor arrival: every thread has used its read of the cursor (and checkpoint index)
-    // before this barrier (run_item.cuh slot_arrival); the atomic overlaps the rest.
+    // 4. The cursor arrival: every thread has used its read of the cursor (and checkpoint index)
+    // before this barrier (run_item.cuh slot_arrival); the atomic overlaps the rest. The barrier
+    // also shows each warp its copies.
     __syncthreads();
     slot_arrival arrival;
     arrival.arrive(p.cursors.arrivals, slot);
-    // Append the current g, beta and (lead) k with its factor at position n now: their registers
-    // are free before the output's peak. (Nothing this launch reads lives there: the coefficient
-    // grid reads buffered positions < n.)
     const int64_t at = slot * L + n;
-    if (threadIdx.x == 0) {
-      p.buffer.g[at * Hv + hv] = g_cur;
-      p.buffer.beta[at * Hv + hv] = beta_cur;
-    }
-    if (lead) {  // the factor by the fused path's function, from the same floats (s.k: unused)
-      const int64_t sk = at * Hk + hk;
-#pragma unroll
-      for (int e = 0; e < KPL; ++e) {
-        p.buffer.k[sk * KD + lane + 32 * e] = k_cur[e];
-        s.k[0][lane + 32 * e] = to_float(k_cur[e]);
-      }
-      __syncwarp();
-      float qs, ks;
-      gdn_step_factors<KD>(p, s.k[0], s.k[0], qs, ks);
-      if (lane == 0) p.buffer.kscale[sk] = ks;
-    }
-
-    // 4. The coefficient grid's results (it has completed and its writes are visible): r of the
-    // warp's rows (lane l: row k0 + l) and c_j of its steps (the same address across the warp).
-    pdl_wait();
-    const float* ws = p.workspace + (int64_t(b) * Hv + hv) * (KD + L);
-    const float r_lane = lane < RW ? ws[k0 + lane] : 0.f;
     float cj[SPW];
 #pragma unroll
     for (int i = 0; i < SPW; ++i) {
       const int j = warp + warps * i;
-      cj[i] = j <= n ? ws[KD + j] : 0.f;  // (positions after n are not written)
+      cj[i] = j <= n ? s.c[0][j] : 0.f;  // (positions after n are not written)
     }
 
     // 5. The lane's partial outputs over its rows: acc[e] = sum_f h[row_f][c_e] r[row_f] for
@@ -277,7 +263,7 @@ struct gdn_stream_agent {
     for (int f = 0; f < KL; ++f) {
       // (not early_v: requested once half of the state fragments are used, their registers free)
       if (!early_v && f == KL / 2) load_steps(p, b, hv, slot, n, vr);
-      float rf = __shfl_sync(0xffffffffu, r_lane, f * RPL + half);  // r of row k0 + f RPL + half
+      float rf = s.q[0][k0 + f * RPL + half];  // r of row k0 + f RPL + half
       if constexpr (scaled) rf *= sc[f];
 #pragma unroll
       for (int e = 0; e < E; e += 2) {  // (pairs: frag_get2)
