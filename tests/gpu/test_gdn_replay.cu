@@ -50,7 +50,8 @@ void run_long(bool workspace, std::initializer_list<shape> shapes, int input_off
       std::printf(
           "[gdn%s%s K=%d L=%d %s %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
           "replay-eager %.2e state %.2e\n",
-          workspace ? " split" : "", input_offset ? " unaligned inputs" : "", Policy::commit_interval, Policy::buffer_len,
+          workspace ? " split" : "", input_offset ? " unaligned inputs" : "",
+          Policy::commit_interval, Policy::buffer_len,
           Policy::rule::layout == state_layout::kv ? "kv" : "vk",
           sizeof(typename Policy::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
           rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
@@ -86,9 +87,10 @@ TEMPLATE_TEST_CASE(
 // 8- or 16-byte aligned (engines slice them out of fused projections). The stream kernel loads
 // the current v element by element, the coefficient kernel appends k, g and beta from those
 // values; the buffer stays aligned as validated.
-TEMPLATE_TEST_CASE("gated deltanet decode with inputs at any alignment equals eager and the "
-                   "float64 reference",
-                   "[gpu][gdn][replay][split]", gdn_kv_f32_L16_K16, gdn_kv_bf16_L32_K16) {
+TEMPLATE_TEST_CASE(
+    "gated deltanet decode with inputs at any alignment equals eager and the "
+    "float64 reference",
+    "[gpu][gdn][replay][split]", gdn_kv_f32_L16_K16, gdn_kv_bf16_L32_K16) {
   SECTION("fused decode step") { run_long<TestType>(false, {qwen35}, 1); }
   SECTION("split decode step (workspace)") { run_long<TestType>(true, {qwen35}, 1); }
 }

@@ -42,7 +42,8 @@ void run_long(bool workspace, int input_offset = 0) {
       std::printf(
           "[mamba2%s%s K=%d L=%d %s %s] max rel err: replay-ref %.2e eager-ref %.2e "
           "replay-eager %.2e state %.2e\n",
-          workspace ? " split" : "", input_offset ? " unaligned inputs" : "", Policy::commit_interval, Policy::buffer_len,
+          workspace ? " split" : "", input_offset ? " unaligned inputs" : "",
+          Policy::commit_interval, Policy::buffer_len,
           sizeof(typename Policy::input_type) == 4 ? "fp32-in" : "bf16-in", s.name,
           rep.max_replay_vs_ref, rep.max_eager_vs_ref, rep.max_replay_vs_eager, rep.max_state_err);
     }
@@ -72,9 +73,10 @@ TEMPLATE_TEST_CASE("mamba2 split replay step (workspace) equals eager and the fl
 // 16-byte aligned (engines slice them out of fused projections). Every kernel takes its
 // element-by-element path for the current step (the stream kernel's x, C and z, the coefficient
 // kernel's B and C), and the buffer, written from those values, is aligned as validated.
-TEMPLATE_TEST_CASE("mamba2 decode with inputs at any alignment equals eager and the float64 "
-                   "reference",
-                   "[gpu][mamba2][replay][split]", mamba2_f32_L16_K16, mamba2_bf16_L32_K16) {
+TEMPLATE_TEST_CASE(
+    "mamba2 decode with inputs at any alignment equals eager and the float64 "
+    "reference",
+    "[gpu][mamba2][replay][split]", mamba2_f32_L16_K16, mamba2_bf16_L32_K16) {
   SECTION("fused decode step") { run_long<TestType>(false, 1); }
   SECTION("split decode step (workspace)") { run_long<TestType>(true, 1); }
 }

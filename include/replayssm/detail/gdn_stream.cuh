@@ -235,7 +235,7 @@ struct gdn_stream_agent {
     {
       const float* ws = p.workspace + (int64_t(b) * Hv + hv) * (KD + L);
       cp_async4(&s.q[0][k0 + lane], ws + k0 + lane);  // (RW == 32 rows per warp)
-      const int j = warp + warps * lane;               // step of lane i < SPW
+      const int j = warp + warps * lane;              // step of lane i < SPW
       if (lane < SPW && j <= n) cp_async4(&s.c[0][j], ws + KD + j);
       cp_async_wait_all();
     }
