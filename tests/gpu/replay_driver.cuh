@@ -253,4 +253,101 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
   return rep;
 }
 
+/// The split decode step (a workspace: coefficient grid + stream kernel) against the fused one
+/// (no workspace) on the same inputs, step by step: `fused` and `split` are two cases of one
+/// policy and shape, `split.use_workspace` set; the driver allocates both from generators of
+/// `seed` (the same weights and the same junk in every slot). Rows join at staggered steps (row r
+/// at step r % K: every launch mixes committing and replay rows), plus null rows. After every
+/// launch the memory of every slot (checkpoints, buffers, cursors, arrivals) must be identical
+/// byte for byte: a commit folds the same buffered values with the same code whichever grid runs
+/// it, and the split step appends the same bits as the fused one. The outputs of committing rows
+/// must be bit-identical too; replay rows' outputs agree within `output_tol` (the stream kernel
+/// sums in another order). Returns the largest relative difference of replay rows' outputs.
+template <class Case>
+double run_split_vs_fused(Case& fused, Case& split, int nseq, int steps, uint64_t seed) {
+  constexpr int K = Case::commit_interval;
+  const int batch = nseq + 2, num_slots = nseq + 8;
+  const int32_t null_slot = -1;
+  REQUIRE(split.use_workspace);
+  REQUIRE_FALSE(fused.use_workspace);
+  {
+    std::mt19937_64 gf(seed), gs(seed);  // the same weights and junk in both
+    fused.allocate(batch, num_slots, gf);
+    split.allocate(batch, num_slots, gs);
+  }
+  std::mt19937_64 rng(seed + 1);
+  const size_t out_n = fused.out_row_elems();
+  std::vector<int> perm(num_slots);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  {  // the same initial states in both (cursor 0)
+    std::vector<float> src;
+    for (int s = 0; s < nseq; ++s) {
+      const auto d = fused.to_device_layout(fused.random_state(rng));
+      src.insert(src.end(), d.begin(), d.end());
+    }
+    dev_array<float> src_dev(src.size());
+    src_dev.upload(src);
+    dev_array<int32_t> idx(nseq);
+    idx.upload(std::vector<int32_t>(perm.begin(), perm.begin() + nseq));
+    RTEST_OK(case_launches<Case>{fused}.load(idx.ptr, nseq, src_dev.ptr));
+    RTEST_OK(case_launches<Case>{split}.load(idx.ptr, nseq, src_dev.ptr));
+  }
+  const auto rf = fused.slot_regions(), rs = split.slot_regions();
+  REQUIRE(rf.size() == rs.size());
+  dev_array<int32_t> slot_idx(batch);
+  std::vector<int> taken(nseq, 0);  // steps each sequence has taken
+  double max_replay_diff = 0;
+  int commit_rows = 0;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<int> row_seq(batch);
+    for (int b = 0; b < batch; ++b) row_seq[b] = b < nseq && t >= b % K ? b : -1;
+    std::shuffle(row_seq.begin(), row_seq.end(), rng);
+    std::vector<int32_t> idx(batch);
+    for (int b = 0; b < batch; ++b) idx[b] = row_seq[b] >= 0 ? perm[row_seq[b]] : null_slot;
+    slot_idx.upload(idx);
+    for (int b = 0; b < batch; ++b) {
+      const auto st = fused.random_step(rng);
+      fused.set_row(b, st);
+      split.set_row(b, st);
+    }
+    for (Case* c : {&fused, &split}) {
+      c->upload_inputs();
+      c->out_r.poison();
+      RTEST_OK(case_launches<Case>{*c}.decode(slot_idx.ptr, batch, null_slot));
+    }
+    RTEST_CUDA(cudaDeviceSynchronize());
+    for (size_t r = 0; r < rf.size(); ++r) {
+      const size_t bytes = rf[r].bytes_per_slot * num_slots;
+      std::vector<unsigned char> hf(bytes), hs(bytes);
+      RTEST_CUDA(cudaMemcpy(hf.data(), rf[r].ptr, bytes, cudaMemcpyDeviceToHost));
+      RTEST_CUDA(cudaMemcpy(hs.data(), rs[r].ptr, bytes, cudaMemcpyDeviceToHost));
+      INFO("step " << t << ": slot memory region " << r << " differs (split vs fused)");
+      REQUIRE(std::memcmp(hf.data(), hs.data(), bytes) == 0);
+    }
+    const auto of = fused.out_r.download(), os = split.out_r.download();
+    rel_err e;
+    for (int b = 0; b < batch; ++b) {
+      if (row_seq[b] < 0) continue;
+      const bool commits = taken[row_seq[b]] % K == K - 1;  // n + 1 == K buffered before it
+      ++taken[row_seq[b]];
+      if (commits) {
+        ++commit_rows;
+        INFO("step " << t << ", row " << b << ": a committing row's output differs");
+        const size_t bytes = out_n * sizeof(of[0]);
+        REQUIRE(std::memcmp(of.data() + b * out_n, os.data() + b * out_n, bytes) == 0);
+      } else {
+        const auto yf = output_row(of, b, out_n), ys = output_row(os, b, out_n);
+        for (size_t i = 0; i < out_n; ++i) e.add(ys[i], yf[i]);
+      }
+    }
+    INFO("step " << t << ": replay rows' outputs, split vs fused " << e.value());
+    REQUIRE(std::isfinite(e.value()));
+    REQUIRE(e.value() < output_tol<Case>());
+    max_replay_diff = std::max(max_replay_diff, e.value());
+  }
+  REQUIRE(commit_rows >= nseq);  // every sequence committed at least once
+  return max_replay_diff;
+}
+
 }  // namespace rtest

@@ -94,3 +94,24 @@ TEMPLATE_TEST_CASE(
   SECTION("fused decode step") { run_long<TestType>(false, {qwen35}, 1); }
   SECTION("split decode step (workspace)") { run_long<TestType>(true, {qwen35}, 1); }
 }
+
+// The split decode step (workspace) against the fused one, launch by launch
+// (rtest::run_split_vs_fused): identical slot memory after every launch (the coefficient grid
+// appends k, its factor, g and beta with the fused path's bits), committing rows' outputs bit
+// for bit, replay rows' within rounding.
+TEMPLATE_TEST_CASE("gated deltanet split decode step commits exactly as the fused step",
+                   "[gpu][gdn][replay][split]", gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K16,
+                   gdn_kv_bf16_L32_K16) {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  constexpr int K = TestType::commit_interval;
+  for (const shape s : {qwen3_next, qwen35}) {
+    SECTION(s.name) {
+      gdn_case<TestType> fused(s.Hk, s.Hv), split(s.Hk, s.Hv);
+      split.use_workspace = true;
+      const double d = rtest::run_split_vs_fused(fused, split, 24, std::max(4 * K, 24), seed);
+      std::printf("[gdn split vs fused K=%d L=%d %s] replay rows max rel diff %.2e\n", K,
+                  TestType::buffer_len, s.name, d);
+    }
+  }
+}

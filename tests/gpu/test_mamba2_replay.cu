@@ -15,6 +15,7 @@ using mamba2_f32_L16_K8 = replay_policy<m2f, 16, 8>;
 using mamba2_f32_L16_K16 = replay_policy<m2f, 16, 16>;
 using mamba2_f32_L32_K16 = replay_policy<m2f, 32, 16>;
 using mamba2_bf16_L32_K16 = replay_policy<m2b, 32, 16>;
+using mamba2_bf16_L16_K16 = replay_policy<m2b, 16, 16>;  // the decode benchmark's policy
 // The persistent, pipelined kernels (PipelineStages >= 2).
 using mamba2_f32_L16_K16_pipe3 = replay_policy<m2f, 16, 16, precision::fp32, 64, 256, 3>;
 using mamba2_bf16_L8_K4_pipe2 = replay_policy<m2b, 8, 4, precision::fp32, 32, 128, 2>;
@@ -79,6 +80,34 @@ TEMPLATE_TEST_CASE(
     "[gpu][mamba2][replay][split]", mamba2_f32_L16_K16, mamba2_bf16_L32_K16) {
   SECTION("fused decode step") { run_long<TestType>(false, 1); }
   SECTION("split decode step (workspace)") { run_long<TestType>(true, 1); }
+}
+
+// The split decode step (workspace) against the fused one, launch by launch: identical slot
+// memory (checkpoints, buffers, cursors) after every launch, committing rows' outputs bit for
+// bit, replay rows' within rounding (rtest::run_split_vs_fused). At HEAD the split step's
+// committing rows run the fused agent's code and its appends are the same bits; a faster commit
+// path must keep it so.
+TEMPLATE_TEST_CASE("mamba2 split decode step commits exactly as the fused step",
+                   "[gpu][mamba2][replay][split]", mamba2_f32_L8_K4, mamba2_f32_L16_K16,
+                   mamba2_bf16_L16_K16, mamba2_bf16_L32_K16) {
+  const uint64_t seed = rtest::fresh_seed();
+  INFO("seed " << seed);
+  constexpr int K = TestType::commit_interval;
+  struct shape {
+    int H, G;
+    bool z;
+    const char* name;
+  };
+  for (const shape s :
+       {shape{128, 8, true, "128/64/128/8 with z"}, shape{80, 1, false, "80/64/128/1 without z"}}) {
+    SECTION(s.name) {
+      mamba2_case<TestType> fused(s.H, s.G, s.z), split(s.H, s.G, s.z);
+      split.use_workspace = true;
+      const double d = rtest::run_split_vs_fused(fused, split, 24, std::max(4 * K, 24), seed);
+      std::printf("[mamba2 split vs fused K=%d L=%d %s] replay rows max rel diff %.2e\n", K,
+                  TestType::buffer_len, s.name, d);
+    }
+  }
 }
 
 // Below split_min_batch a decode with a workspace runs the fused kernel: the outputs still match
