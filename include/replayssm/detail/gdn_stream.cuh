@@ -139,6 +139,17 @@ struct gdn_stream_agent {
     return (lane % LPR) * E + col_sum::template index_after<levels>(lane);
   }
 
+  /// 4 elements of T at `src` (aligned to their size) by one load, in words x and y (16-bit) or
+  /// all four words (fp32) of the fragment.
+  static REPLAYSSM_DEVICE uint4 load4(const T* src) {
+    if constexpr (sizeof(T) == 4) {
+      return __ldg(reinterpret_cast<const uint4*>(src));
+    } else {
+      const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
+      return make_uint4(u.x, u.y, 0u, 0u);
+    }
+  }
+
   /// The lane's 4 columns of v_j for the warp's steps j = warp + warps i <= n, in type T
   /// (buffered rows: 16-byte aligned, validated; the current step's: any alignment), zero for
   /// the steps after n.
@@ -150,24 +161,11 @@ struct gdn_stream_agent {
       const int j = warp + warps * i;
       vr[i] = make_uint4(0u, 0u, 0u, 0u);
       if (j < n) {
-        const T* src = p.buffer.v + ((slot * L + j) * Hv + hv) * int64_t(VD) + col;
-        if constexpr (sizeof(T) == 4) {
-          vr[i] = __ldg(reinterpret_cast<const uint4*>(src));
-        } else {
-          const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
-          vr[i].x = u.x;
-          vr[i].y = u.y;
-        }
+        vr[i] = load4(p.buffer.v + ((slot * L + j) * Hv + hv) * int64_t(VD) + col);
       } else if (j == n) {  // one load where aligned (no lane waits for it before the state)
         const T* src = p.in.v + b * p.in.v_batch_stride + hv * p.in.v_head_stride + col;
         if (reinterpret_cast<uintptr_t>(src) % (4 * sizeof(T)) == 0) {
-          if constexpr (sizeof(T) == 4) {
-            vr[i] = __ldg(reinterpret_cast<const uint4*>(src));
-          } else {
-            const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
-            vr[i].x = u.x;
-            vr[i].y = u.y;
-          }
+          vr[i] = load4(src);
         } else {
 #pragma unroll
           for (int e = 0; e < 4; ++e) frag_set<T>(vr[i], e, src[e]);
