@@ -19,6 +19,7 @@ using gdn_kv_f32_L32_K16 = replay_policy<gkv, 32, 16>;
 using gdn_vk_f32_L16_K16 = replay_policy<gvk, 16, 16>;
 using gdn_vk_f32_L32_K8 = replay_policy<gvk, 32, 8>;
 using gdn_kv_bf16_L32_K16 = replay_policy<gkvb, 32, 16>;
+using gdn_kv_bf16_L16_K16 = replay_policy<gkvb, 16, 16>;  // the decode benchmark's policy
 // K = 32 with bf16 inputs: the stream kernel's largest step count per warp (8), whose v values it
 // requests mid-contraction for an fp32 state (gdn_stream.cuh, early_v).
 using gdn_kv_bf16_L32_K32 = replay_policy<gkvb, 32, 32>;
@@ -64,7 +65,8 @@ void run_long(bool workspace, std::initializer_list<shape> shapes, int input_off
 TEMPLATE_TEST_CASE("gated deltanet replay equals eager and the float64 reference over 2048 steps",
                    "[gpu][gdn][replay]", gdn_kv_f32_L8_K1, gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K8,
                    gdn_kv_f32_L16_K16, gdn_kv_f32_L32_K16, gdn_vk_f32_L16_K16, gdn_vk_f32_L32_K8,
-                   gdn_kv_bf16_L32_K16, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
+                   gdn_kv_bf16_L16_K16, gdn_kv_bf16_L32_K16, gdn_kv_f32_L16_K16_pipe3,
+                   gdn_vk_f32_L16_K8_pipe2) {
   run_long<TestType>(false, {qwen3_next, qwen35});
 }
 
@@ -78,7 +80,8 @@ TEMPLATE_TEST_CASE(
     "reference",
     "[gpu][gdn][replay][split]", gdn_kv_f32_L8_K1, gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K8,
     gdn_kv_f32_L16_K16, gdn_kv_f32_L32_K16, gdn_vk_f32_L16_K16, gdn_vk_f32_L32_K8,
-    gdn_kv_bf16_L32_K16, gdn_kv_bf16_L32_K32, gdn_kv_f32_L16_K16_pipe3, gdn_vk_f32_L16_K8_pipe2) {
+    gdn_kv_bf16_L16_K16, gdn_kv_bf16_L32_K16, gdn_kv_bf16_L32_K32, gdn_kv_f32_L16_K16_pipe3,
+    gdn_vk_f32_L16_K8_pipe2) {
   run_long<TestType>(true, {qwen3_next, qwen35,
                             shape{2, 20, "10 value heads per k head (coefficient warps loop)"}});
 }
@@ -101,7 +104,7 @@ TEMPLATE_TEST_CASE(
 // for bit, replay rows' within rounding.
 TEMPLATE_TEST_CASE("gated deltanet split decode step commits exactly as the fused step",
                    "[gpu][gdn][replay][split]", gdn_kv_f32_L8_K4, gdn_kv_f32_L16_K16,
-                   gdn_kv_bf16_L32_K16) {
+                   gdn_kv_bf16_L16_K16, gdn_kv_bf16_L32_K16) {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
   constexpr int K = TestType::commit_interval;

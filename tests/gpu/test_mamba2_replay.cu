@@ -55,7 +55,7 @@ void run_long(bool workspace, int input_offset = 0) {
 
 TEMPLATE_TEST_CASE("mamba2 replay equals eager and the float64 reference over 2048 steps",
                    "[gpu][mamba2][replay]", mamba2_f32_L8_K1, mamba2_f32_L8_K4, mamba2_f32_L16_K8,
-                   mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L32_K16,
+                   mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L16_K16, mamba2_bf16_L32_K16,
                    mamba2_f32_L16_K16_pipe3, mamba2_bf16_L8_K4_pipe2) {
   run_long<TestType>(false);
 }
@@ -65,8 +65,8 @@ TEMPLATE_TEST_CASE("mamba2 replay equals eager and the float64 reference over 20
 // pipelined policy ignores the workspace (its fused path must stay correct with one set).
 TEMPLATE_TEST_CASE("mamba2 split replay step (workspace) equals eager and the float64 reference",
                    "[gpu][mamba2][replay][split]", mamba2_f32_L8_K1, mamba2_f32_L8_K4,
-                   mamba2_f32_L16_K8, mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L32_K16,
-                   mamba2_f32_L16_K16_pipe3) {
+                   mamba2_f32_L16_K8, mamba2_f32_L16_K16, mamba2_f32_L32_K16, mamba2_bf16_L16_K16,
+                   mamba2_bf16_L32_K16, mamba2_f32_L16_K16_pipe3) {
   run_long<TestType>(true);
 }
 
