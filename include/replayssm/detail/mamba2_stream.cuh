@@ -137,25 +137,6 @@ struct mamba2_stream_agent {
 
   shared_storage& s;
 
-  /// An input value from its bits, as a float.
-  static REPLAYSSM_DEVICE float value_of(bits_t u) {
-    if constexpr (sizeof(T) == 4)
-      return __uint_as_float(u);
-    else if constexpr (std::is_same<T, __nv_bfloat16>::value)
-      return __uint_as_float(uint32_t(u) << 16);
-    else
-      return __half2float(__ushort_as_half(u));
-  }
-  /// The bits of an input value (C staging).
-  static REPLAYSSM_DEVICE bits_t bits_of(T v) {
-    if constexpr (sizeof(T) == 4)
-      return __float_as_uint(v);
-    else if constexpr (std::is_same<T, __nv_bfloat16>::value)
-      return __bfloat16_as_ushort(v);
-    else
-      return __half_as_ushort(v);
-  }
-
   /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
   /// launcher falls back to the split item kernel otherwise).
   static REPLAYSSM_HD bool fragments_aligned(const params_t& p) {
@@ -269,7 +250,7 @@ struct mamba2_stream_agent {
           cp_async16(&sg.C[hw][tl * ce], Cg + tl * ce);
         else
 #pragma unroll
-          for (int e = 0; e < ce; ++e) sg.C[hw][tl * ce + e] = bits_of(Cg[tl * ce + e]);
+          for (int e = 0; e < ce; ++e) sg.C[hw][tl * ce + e] = bits_t(value_bits(Cg[tl * ce + e]));
       }
       const int tz = tl - 32;  // (the head's second warp)
       if (p.in.z && tz >= 0 && tz < P / ce) {
@@ -278,7 +259,7 @@ struct mamba2_stream_agent {
           cp_async16(&sg.z[hw][tz * ce], zg + tz * ce);
         else
 #pragma unroll
-          for (int e = 0; e < ce; ++e) sg.z[hw][tz * ce + e] = bits_of(zg[tz * ce + e]);
+          for (int e = 0; e < ce; ++e) sg.z[hw][tz * ce + e] = bits_t(value_bits(zg[tz * ce + e]));
       }
     }
     cp_async_wait_all();  // (this thread's copies; the barrier shows them to the block)
@@ -308,7 +289,7 @@ struct mamba2_stream_agent {
           cr[0] = make_uint4(c2.x, c2.y, 0u, 0u);
         }
       }
-      const float gate = p.in.z && sum::leader(lane) ? value_of(sg.z[hw][p0 + r_out]) : 0.f;
+      const float gate = p.in.z && sum::leader(lane) ? bits_value<T>(sg.z[hw][p0 + r_out]) : 0.f;
 
       // 6. Per-row partial sums of this lane (a fragment's dot counts for its own row only),
       // reduced over the warp.

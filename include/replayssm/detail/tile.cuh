@@ -412,6 +412,28 @@ REPLAYSSM_DEVICE uint32_t frag_word(const uint4& u, int i) {
 REPLAYSSM_DEVICE uint32_t& frag_word(uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
+/// The bits of an fp32, bf16 or fp16 value (16-bit: in the low half).
+template <class V>
+REPLAYSSM_DEVICE uint32_t value_bits(V v) {
+  if constexpr (sizeof(V) == 4)
+    return __float_as_uint(v);
+  else if constexpr (std::is_same<V, __nv_bfloat16>::value)
+    return __bfloat16_as_ushort(v);
+  else
+    return __half_as_ushort(v);
+}
+/// An fp32, bf16 or fp16 value from its bits (16-bit: the low half, the rest 0), as a float
+/// (exact).
+template <class V>
+REPLAYSSM_DEVICE float bits_value(uint32_t b) {
+  if constexpr (sizeof(V) == 4)
+    return __uint_as_float(b);
+  else if constexpr (std::is_same<V, __nv_bfloat16>::value)
+    return __uint_as_float(b << 16);  // exact, as __bfloat162float
+  else
+    return __half2float(__ushort_as_half((unsigned short)b));
+}
+
 /// Element e of a 16-byte fragment of fp32, bf16 or fp16 values, or of 8-bit codes (fp8 e4m3,
 /// int8: the code's value, before its row's scale), as a float, by bit operations (indexing the
 /// registers through a pointer would move the fragment to local memory). Call with indices that
@@ -419,16 +441,12 @@ REPLAYSSM_DEVICE uint32_t& frag_word(uint4& u, int i) {
 template <class V>
 REPLAYSSM_DEVICE float frag_get(const uint4& u, int e) {
   if constexpr (sizeof(V) == 4) {
-    return __uint_as_float(frag_word(u, e));
+    return bits_value<V>(frag_word(u, e));
   } else if constexpr (sizeof(V) == 1) {
     return code8<V>::decode(uint8_t(frag_word(u, e >> 2) >> (8 * (e & 3))));
   } else {
     const uint32_t w = frag_word(u, e >> 1);
-    const unsigned short b = (unsigned short)((e & 1) ? (w >> 16) : (w & 0xffffu));
-    if constexpr (std::is_same<V, __nv_bfloat16>::value)
-      return __uint_as_float(uint32_t(b) << 16);  // exact, as __bfloat162float
-    else
-      return __half2float(__ushort_as_half(b));
+    return bits_value<V>((e & 1) ? (w >> 16) : (w & 0xffffu));
   }
 }
 /// Elements e and e + 1 (e even) of a 16-byte fragment, as frag_get of each; 8-bit codes are
@@ -444,13 +462,9 @@ REPLAYSSM_DEVICE float2 frag_get2(const uint4& u, int e) {
 template <class V>
 REPLAYSSM_DEVICE void frag_set(uint4& u, int e, V v) {
   if constexpr (sizeof(V) == 4) {
-    frag_word(u, e) = __float_as_uint(v);
+    frag_word(u, e) = value_bits(v);
   } else {
-    uint32_t b;
-    if constexpr (std::is_same<V, __nv_bfloat16>::value)
-      b = __bfloat16_as_ushort(v);
-    else
-      b = __half_as_ushort(v);
+    const uint32_t b = value_bits(v);
     uint32_t& w = frag_word(u, e >> 1);
     w = (e & 1) ? ((w & 0xffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
   }
