@@ -110,6 +110,19 @@ bool output_row_poisoned(const std::vector<T>& h, int b, size_t n) {
   return true;
 }
 
+/// Every slot's memory of a case (its slot_regions, in that order: checkpoints, buffers,
+/// cursors, arrivals), downloaded whole.
+template <class Case>
+std::vector<std::vector<unsigned char>> download_slot_memory(const Case& c) {
+  std::vector<std::vector<unsigned char>> h;
+  for (const auto& r : c.slot_regions()) {
+    std::vector<unsigned char> v(r.bytes_per_slot * size_t(c.num_slots));
+    RTEST_CUDA(cudaMemcpy(v.data(), r.ptr, v.size(), cudaMemcpyDeviceToHost));
+    h.push_back(std::move(v));
+  }
+  return h;
+}
+
 template <class Case>
 replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std::mt19937_64& rng) {
   const int batch = cfg.nseq + cfg.nnull;
@@ -125,12 +138,7 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
 
   // Snapshot every slot's memory: slots no sequence owns must never change.
   const auto regions = c.slot_regions();
-  std::vector<std::vector<unsigned char>> before;
-  for (const auto& r : regions) {
-    std::vector<unsigned char> h(r.bytes_per_slot * cfg.num_slots);
-    RTEST_CUDA(cudaMemcpy(h.data(), r.ptr, h.size(), cudaMemcpyDeviceToHost));
-    before.push_back(std::move(h));
-  }
+  const auto before = download_slot_memory(c);
 
   // Initial states (a prefill's result) loaded into both pools.
   std::vector<typename Case::ref_state> ref(cfg.nseq);
@@ -241,9 +249,9 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
     REQUIRE(cur[seq_slot[s]] >= 0);
     REQUIRE(cur[seq_slot[s]] < Case::commit_interval);
   }
+  const auto after = download_slot_memory(c);
   for (size_t r = 0; r < regions.size(); ++r) {
-    std::vector<unsigned char> h(before[r].size());
-    RTEST_CUDA(cudaMemcpy(h.data(), regions[r].ptr, h.size(), cudaMemcpyDeviceToHost));
+    const auto& h = after[r];
     for (int slot = cfg.nseq; slot < cfg.num_slots; ++slot) {
       const size_t off = size_t(perm[slot]) * regions[r].bytes_per_slot;
       INFO("region " << r << " of unused slot " << perm[slot] << " changed");
@@ -254,22 +262,23 @@ replay_run_report run_replay_vs_eager(Case& c, const replay_run_config& cfg, std
 }
 
 /// The split decode step (a workspace: coefficient grid + stream kernel) against the fused one
-/// (no workspace) on the same inputs, step by step: `fused` and `split` are two cases of one
-/// policy and shape, `split.use_workspace` set; the driver allocates both from generators of
-/// `seed` (the same weights and the same junk in every slot). Rows join at staggered steps (row r
-/// at step r % K: every launch mixes committing and replay rows), plus null rows. After every
-/// launch the memory of every slot (checkpoints, buffers, cursors, arrivals) must be identical
-/// byte for byte: a commit folds the same buffered values with the same code whichever grid runs
-/// it, and the split step appends the same bits as the fused one. The outputs of committing rows
-/// must be bit-identical too; replay rows' outputs agree within `output_tol` (the stream kernel
-/// sums in another order). Returns the largest relative difference of replay rows' outputs.
+/// (no workspace) on the same inputs, step by step: `fused` and `split` are two new cases of one
+/// policy and shape; the driver gives `split` the workspace and allocates both from generators
+/// of `seed` (the same weights and the same junk in every slot). Rows join at staggered steps
+/// (row r at step r % K: every launch mixes committing and replay rows), plus null rows. After
+/// every launch the memory of every slot (checkpoints, buffers, cursors, arrivals) must be
+/// identical byte for byte: a commit folds the same buffered values with the same code whichever
+/// grid runs it, and the split step appends the same bits as the fused one. The outputs of
+/// committing rows must be bit-identical too; replay rows' outputs agree within `output_tol`
+/// (the stream kernel sums in another order). Returns the largest relative difference of replay
+/// rows' outputs.
 template <class Case>
 double run_split_vs_fused(Case& fused, Case& split, int nseq, int steps, uint64_t seed) {
   constexpr int K = Case::commit_interval;
   const int batch = nseq + 2, num_slots = nseq + 8;
   const int32_t null_slot = -1;
-  REQUIRE(split.use_workspace);
-  REQUIRE_FALSE(fused.use_workspace);
+  fused.use_workspace = false;
+  split.use_workspace = true;
   {
     std::mt19937_64 gf(seed), gs(seed);  // the same weights and junk in both
     fused.allocate(batch, num_slots, gf);
@@ -293,8 +302,6 @@ double run_split_vs_fused(Case& fused, Case& split, int nseq, int steps, uint64_
     RTEST_OK(case_launches<Case>{fused}.load(idx.ptr, nseq, src_dev.ptr));
     RTEST_OK(case_launches<Case>{split}.load(idx.ptr, nseq, src_dev.ptr));
   }
-  const auto rf = fused.slot_regions(), rs = split.slot_regions();
-  REQUIRE(rf.size() == rs.size());
   dev_array<int32_t> slot_idx(batch);
   std::vector<int> taken(nseq, 0);  // steps each sequence has taken
   double max_replay_diff = 0;
@@ -317,13 +324,11 @@ double run_split_vs_fused(Case& fused, Case& split, int nseq, int steps, uint64_
       RTEST_OK(case_launches<Case>{*c}.decode(slot_idx.ptr, batch, null_slot));
     }
     RTEST_CUDA(cudaDeviceSynchronize());
-    for (size_t r = 0; r < rf.size(); ++r) {
-      const size_t bytes = rf[r].bytes_per_slot * num_slots;
-      std::vector<unsigned char> hf(bytes), hs(bytes);
-      RTEST_CUDA(cudaMemcpy(hf.data(), rf[r].ptr, bytes, cudaMemcpyDeviceToHost));
-      RTEST_CUDA(cudaMemcpy(hs.data(), rs[r].ptr, bytes, cudaMemcpyDeviceToHost));
+    const auto hf = download_slot_memory(fused), hs = download_slot_memory(split);
+    REQUIRE(hf.size() == hs.size());
+    for (size_t r = 0; r < hf.size(); ++r) {
       INFO("step " << t << ": slot memory region " << r << " differs (split vs fused)");
-      REQUIRE(std::memcmp(hf.data(), hs.data(), bytes) == 0);
+      REQUIRE(hf[r] == hs[r]);
     }
     const auto of = fused.out_r.download(), os = split.out_r.download();
     rel_err e;

@@ -111,7 +111,6 @@ TEMPLATE_TEST_CASE("gated deltanet split decode step commits exactly as the fuse
   for (const shape s : {qwen3_next, qwen35}) {
     SECTION(s.name) {
       gdn_case<TestType> fused(s.Hk, s.Hv), split(s.Hk, s.Hv);
-      split.use_workspace = true;
       const double d = rtest::run_split_vs_fused(fused, split, 24, std::max(4 * K, 24), seed);
       std::printf("[gdn split vs fused K=%d L=%d %s] replay rows max rel diff %.2e\n", K,
                   TestType::buffer_len, s.name, d);

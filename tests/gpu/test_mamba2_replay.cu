@@ -102,7 +102,6 @@ TEMPLATE_TEST_CASE("mamba2 split decode step commits exactly as the fused step",
        {shape{128, 8, true, "128/64/128/8 with z"}, shape{80, 1, false, "80/64/128/1 without z"}}) {
     SECTION(s.name) {
       mamba2_case<TestType> fused(s.H, s.G, s.z), split(s.H, s.G, s.z);
-      split.use_workspace = true;
       const double d = rtest::run_split_vs_fused(fused, split, 24, std::max(4 * K, 24), seed);
       std::printf("[mamba2 split vs fused K=%d L=%d %s] replay rows max rel diff %.2e\n", K,
                   TestType::buffer_len, s.name, d);

@@ -25,12 +25,7 @@ template <int MaxDraft, class Case, class Params>
 void require_split_verify_identical(Case& c, const Params& p) {
   const auto regions = c.slot_regions();
   auto snapshot = [&] {
-    std::vector<std::vector<unsigned char>> h;
-    for (const auto& r : regions) {
-      std::vector<unsigned char> v(r.bytes_per_slot * size_t(c.num_slots));
-      RTEST_CUDA(cudaMemcpy(v.data(), r.ptr, v.size(), cudaMemcpyDeviceToHost));
-      h.push_back(std::move(v));
-    }
+    auto h = rtest::download_slot_memory(c);
     const auto o = c.out_r.download();
     const auto* b = reinterpret_cast<const unsigned char*>(o.data());
     h.emplace_back(b, b + c.out_r.bytes());
