@@ -3,7 +3,9 @@
 # binaries built elsewhere (BIN, default build) when that machine cannot build them itself:
 #   BIN=.dev OUT=/tmp/out bash scripts/gpu_check.sh [tests|sanitize|examples|pytorch|bench|all]...
 # Test cases run as parallel processes (JOBS, default: the number of cores): the float64
-# reference on the host is the slow part.
+# reference on the host is the slow part. JOB_FILTER / JOB_EXCLUDE (extended regular expressions)
+# keep / drop jobs by their line ("*type" for a templated case's type, the case name for the
+# others, "case<TAB>section" for a speculative section), to split the suite over two calls.
 # Logs and the benchmark JSON go to $OUT (8 files at most, what the lent machine returns).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh" build
@@ -45,10 +47,11 @@ run_cases() {
   # " - "), which selects every test case over that type at once, so each filter runs once.
   local sections
   sections=$(spec_sections)
-  mapfile -t jobs_list < <(echo "$sections"
-                           "$tests" --list-test-names-only | sed '/^$/d' | tac |
-                             grep -vxF -f <(echo "$sections" | cut -f1 | sort -u) |
-                             sed 's/.* - //; s/^/*/' | awk '!seen[$0]++')
+  mapfile -t jobs_list < <({ echo "$sections"
+                            "$tests" --list-test-names-only | sed '/^$/d' | tac |
+                              grep -vxF -f <(echo "$sections" | cut -f1 | sort -u) |
+                              sed 's/.* - //; s/^/*/' | awk '!seen[$0]++'; } |
+                           grep -E -- "${JOB_FILTER:-.}" | grep -vE -- "${JOB_EXCLUDE:-^\$^}")
   for job in "${jobs_list[@]}"; do
     [[ -z $job ]] && continue
     while [[ $(jobs -r | wc -l) -ge $JOBS ]]; do sleep 0.2; done
