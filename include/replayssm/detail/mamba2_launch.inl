@@ -137,9 +137,13 @@ template <class Agent, op Op>
 result launch_mamba2_items(const typename Agent::params_t& p, const state_pool_ref& other,
                            cudaStream_t stream) {
   using policy = typename Agent::policy;
+  // (committing rows' coefficients too where the stream kernel's commit() reads them; with the
+  // split item kernel instead, for unaligned pools, they are computed and not read)
+  constexpr bool commits = mamba2_stream_commits<policy>::value;
   auto coef = [&p](auto s) {  // (generic: instantiated for decode only)
     const size_t smem = size_t(p.ngroups) * policy::buffer_len * sizeof(float);
-    mamba2_coef_kernel<policy><<<unsigned(p.rows.batch), mamba2_coef_threads, smem, s>>>(p);
+    mamba2_coef_kernel<policy, commits>
+        <<<unsigned(p.rows.batch), mamba2_coef_threads, smem, s>>>(p);
     return check_launch();
   };
   return launch_items_or_stream<Agent, Op, mamba2_stream_agent<policy, Agent::branching>,

@@ -34,12 +34,46 @@ REPLAYSSM_DEVICE float mamba2_step_dt(const Params& p, float raw, int h) {
 /// Threads of a coefficient block (one block per batch row).
 constexpr int mamba2_coef_threads = 256;
 
+/// A committing row's coefficients (mamba2_coef_row with Commits): per head, thread per head,
+///   c_j = dt_j exp(A sum_{i > j} dt_i) (j = 0..n),   exp(A sum_{j <= n} dt_j) at index L,
+/// formed exactly as mamba2_agent::scale_window does (the same backward fmaf walk over the same
+/// dt values: buffered, and the current one by mamba2_step_dt), so that the stream kernel's
+/// commit (mamba2_stream_agent::commit) folds with the fused path's coefficients, bit for bit.
+/// Nothing is appended to the buffer (the window restarts).
+template <class Policy>
+REPLAYSSM_DEVICE void mamba2_commit_coefs(const mamba2_params<Policy>& p, int b, int64_t slot,
+                                          int n) {
+  constexpr int L = Policy::buffer_len;
+  const int H = p.nheads;
+  for (int h = threadIdx.x; h < H; h += mamba2_coef_threads) {
+    float dtq[L];
+#pragma unroll
+    for (int q = 0; q < L; ++q) dtq[q] = q < n ? p.buffer.dt[(slot * L + q) * H + h] : 0.f;
+    const float dt_cur =
+        mamba2_step_dt(p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]), h);
+    const float A = p.weights.A[h];
+    float* out = p.workspace + (int64_t(b) * H + h) * (L + 1);
+    float later = 0.f;  // A * (sum of dt over the steps after q)
+#pragma unroll
+    for (int q = L - 1; q >= 0; --q) {
+      if (q <= n) {
+        const float dq = q < n ? dtq[q] : dt_cur;
+        out[q] = dq * expf(later);
+        later = fmaf(A, dq, later);
+      }
+    }
+    out[L] = expf(later);
+  }
+}
+
 /// The coefficients of batch row b (one block). `dots`: dynamic shared memory of
 /// `ngroups * BufferLen` floats. Every load of a phase is requested before any is used (one
 /// memory latency per phase, not one per dot or per head: this kernel runs while the decode
 /// grid's first blocks wait for it). The formulas are those of mamba2_agent::replay_rows; the
 /// summation order differs, so the split step agrees with the fused one to fp32 rounding.
-template <class Policy>
+/// `Commits`: the decode grid's committing rows take the coefficients from here too
+/// (mamba2_commit_coefs; mamba2_stream_agent::stream_commit); without it they are skipped.
+template <class Policy, bool Commits = false>
 REPLAYSSM_DEVICE void mamba2_coef_row(const mamba2_params<Policy>& p, int b, float* dots) {
   using T = typename Policy::input_type;
   constexpr int N = Policy::rule::dstate;
@@ -61,8 +95,11 @@ REPLAYSSM_DEVICE void mamba2_coef_row(const mamba2_params<Policy>& p, int b, flo
   if (threadIdx.x == 0) n_shared = buffered_steps<op::decode, K, L>(p.cursors.cursor[slot]);
   __syncthreads();
   const int n = n_shared;
-  if (n + 1 >= K) return;  // a committing row: the decode kernel's fused path does it all
   pdl_trigger();
+  if (n + 1 >= K) {  // a committing row: the decode kernel folds (its c_j from here, Commits)
+    if constexpr (Commits) mamba2_commit_coefs<Policy>(p, b, slot, n);
+    return;
+  }
   const int H = p.nheads, G = p.ngroups, m = n + 1;
 
   // Phase 1: B_q . C for every (group, step q <= n). Item i = chunk i % cpd of dot i / cpd; dot
@@ -144,11 +181,11 @@ REPLAYSSM_DEVICE void mamba2_coef_row(const mamba2_params<Policy>& p, int b, flo
 }
 
 /// One block per batch row; dynamic shared memory `ngroups * BufferLen` floats.
-template <class Policy>
+template <class Policy, bool Commits = false>
 REPLAYSSM_KERNEL void __launch_bounds__(mamba2_coef_threads)
     mamba2_coef_kernel(const mamba2_params<Policy> p) {
   extern __shared__ float mamba2_coef_dots[];
-  mamba2_coef_row<Policy>(p, blockIdx.x, mamba2_coef_dots);
+  mamba2_coef_row<Policy, Commits>(p, blockIdx.x, mamba2_coef_dots);
 }
 
 }  // namespace detail

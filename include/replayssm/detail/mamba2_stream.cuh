@@ -128,14 +128,54 @@ struct mamba2_stream_agent {
     alignas(16) float w[HB][L + 1];
     float D[HB];
   };
+  /// A committing block's staging (commit(), fp32 single-checkpoint policies): the window's
+  /// inputs as given (bits: x and B of the n buffered steps and the current one at n, the
+  /// current C and z), copied asynchronously; the coefficients c_j and exp(A sum dt) (at L) and
+  /// D; then the fold's rows: c_j x_j and B_j as floats.
+  struct commit_stage_t {
+    alignas(16) float x[L][P];  // c_j x_j
+    alignas(16) float B[L][N];  // B_j
+    alignas(16) bits_t xr[L][P];
+    alignas(16) bits_t Br[L][N];
+    alignas(16) bits_t C[N];
+    alignas(16) bits_t z[P];
+    alignas(16) float c[L + 1];
+    float D;
+  };
+  /// Whether committing rows take commit() (the state first, the inputs by cp.async, the
+  /// coefficients from mamba2_coef_kernel, an FMA fold in the stream layout) instead of the fused
+  /// agent's path: fp32 single checkpoints (no pair, no 8-bit scales), one head per block, at
+  /// most 8 rows per warp (32 state registers per thread at the 64-register bound), 16-bit
+  /// inputs (with fp32 inputs ptxas spilled a state fragment right after its load, and in the
+  /// replay path too), and a staging that fits static shared memory. The other policies keep the
+  /// fused path.
+  static constexpr bool stream_commit =
+      std::is_same<S, float>::value && std::is_same<typename Policy::master_type, float>::value &&
+      !Policy::has_serving_copy && !scaled && HB == 1 && R <= 8 && R % 4 == 0 && sizeof(T) == 2 &&
+      (P * int(sizeof(T))) % 16 == 0 && sizeof(commit_stage_t) <= 40 * 1024;
   union shared_storage {
-    typename fused::shared_storage f;  ///< commit rows
+    typename fused::shared_storage f;  ///< commit rows (fused path)
     stage_t st;                        ///< replay rows
+    std::conditional_t<stream_commit, commit_stage_t, char> cm;  ///< commit rows (commit())
   };
   static_assert(sizeof(stage_t) <= sizeof(typename fused::shared_storage),
                 "mamba2_stream_agent: the replay staging fits the fused agent's storage");
 
   shared_storage& s;
+
+  /// Four consecutive input values from their bits in shared memory (16-bit: one 8-byte read,
+  /// fp32: one 16-byte read; `u` aligned to it), as floats.
+  static REPLAYSSM_DEVICE float4 value4_of(const bits_t* u) {
+    if constexpr (sizeof(T) == 4) {
+      const uint4 w = *reinterpret_cast<const uint4*>(u);
+      return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z),
+                         __uint_as_float(w.w));
+    } else {
+      const uint2 w = *reinterpret_cast<const uint2*>(u);
+      return make_float4(bits_value<T>(w.x & 0xffffu), bits_value<T>(w.x >> 16),
+                         bits_value<T>(w.y & 0xffffu), bits_value<T>(w.y >> 16));
+    }
+  }
 
   /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
   /// launcher falls back to the split item kernel otherwise).
@@ -154,16 +194,188 @@ struct mamba2_stream_agent {
     if (slot == p.rows.null_slot) return;
     const int n = buffered_steps<op::decode, K, L>(p.cursors.cursor[slot]);
     if (n + 1 >= K) {
-      // One fused item per head (each reads the slot and cursor again, the same values: the
-      // slot's H arrivals are not complete before this block's last head has arrived).
-      fused{s.f}.run(p, b, hb * HB, 0, other);
-      if (HB == 2 && hb * HB + 1 < p.nheads) {
-        __syncthreads();  // the second head reuses the shared storage
-        fused{s.f}.run(p, b, hb * HB + 1, 0, other);
+      if constexpr (stream_commit) {
+        commit(p, b, hb, slot, n);
+      } else {
+        // One fused item per head (each reads the slot and cursor again, the same values: the
+        // slot's H arrivals are not complete before this block's last head has arrived).
+        fused{s.f}.run(p, b, hb * HB, 0, other);
+        if (HB == 2 && hb * HB + 1 < p.nheads) {
+          __syncthreads();  // the second head reuses the shared storage
+          fused{s.f}.run(p, b, hb * HB + 1, 0, other);
+        }
       }
       return;
     }
     stream(p, b, hb, slot, n);
+  }
+
+  /// A committing row's item (stream_commit policies: fp32 single checkpoint, HB = 1): head hb,
+  /// m = n + 1 steps (the n buffered ones and the current one) folded into the checkpoint, the
+  /// current step's output from the folded state, cursor 0. Built like the fold prototype
+  /// (bench/experiments/mma_fold, fold_kernel<fma, 1>):
+  ///  1. the state fragments requested first (the replay rows' layout: warp w rows w R .., lane l
+  ///     columns 4 l ..; R 16-byte streaming loads per thread, not waited on before the fold);
+  ///  2. the window's inputs as given (x and B of steps 0..n, the current C, z) by asynchronous
+  ///     copies into shared memory (current-step rows at another alignment element by element);
+  ///  3. after pdl_wait, the coefficients c_j = dt_j exp(A sum_{i > j} dt_i) and exp(A sum dt)
+  ///     that mamba2_coef_kernel wrote for committing rows (Commits = true), and D;
+  ///  4. one barrier (the cursor arrival), c_j x_j and B_j as floats, a second barrier;
+  ///  5. h = exp(A sum dt) h + sum_j (c_j x_j) B_j^T, one FMA per element and step in step
+  ///     order: the same operations as the fused path's fold_window (scale_window's c_j, the
+  ///     coefficient kernel forms with the same fmaf walk; rank_k), so the checkpoint is
+  ///     bit-identical to it; the output is contract's sum (the same per-fragment formula and
+  ///     transpose_sum<R, 32> order), + D x_cur, * silu(z).
+  /// The buffer is not appended (the window restarts at cursor 0). Call from all threads.
+  REPLAYSSM_DEVICE void commit(const params_t& p, int b, int h, int64_t slot, int n) {
+    const int H = p.nheads, G = p.ngroups;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int tid = threadIdx.x;
+    const int p0 = warp * R;  // (HB = 1: every warp is the head's)
+    const int m = n + 1;
+    ckpt_slots ck;
+    if (!resolve_ckpt_slots<Branch>(p, b, slot, true, ck)) return;
+    auto& cs = s.cm;
+
+    // 1. The state fragments (the checkpoint at ck.rd).
+    uint4 hr[R];
+    {
+      const float* st = p.state.data + ck.rd * p.state.slot_stride + h * p.state.head_stride +
+                        int64_t(p0) * p.state.row_stride + lane * 4;
+#pragma unroll
+      for (int k = 0; k < R; ++k)
+        hr[k] = __ldcs(reinterpret_cast<const uint4*>(st + int64_t(k) * p.state.row_stride));
+    }
+
+    // 2. x and B of steps 0..n and the current C and z, as given: 16-byte asynchronous copies
+    // (buffered rows: 16-byte aligned, validated; a current-step row where aligned); a current
+    // row at another alignment element by element, after every copy is requested (below).
+    constexpr int ce = 16 / int(sizeof(T));  // elements per 16-byte copy
+    constexpr int cx = P / ce, cb = N / ce;  // copies per x row, per B row
+    static_assert(cx <= 32 && cb <= 32, "mamba2_stream_agent::commit: a row's copies fit a warp");
+    const int g = int(unsigned(h) / unsigned(H / G));  // (h, H / G >= 0: unsigned division)
+    const T* xc = p.in.x + b * p.in.x_batch_stride + h * p.in.x_head_stride;
+    const T* Bc = p.in.B + b * p.in.B_batch_stride + g * p.in.B_group_stride;
+    const T* Cc = p.in.C + b * p.in.C_batch_stride + g * p.in.C_group_stride;
+    const T* zc = p.in.z ? p.in.z + b * p.in.z_batch_stride + h * p.in.z_head_stride : nullptr;
+    const auto aligned = [](const T* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    {
+      const T* xb = p.buffer.x + (slot * L * H + h) * int64_t(P);
+      for (int i = tid; i < n * cx; i += NT) {
+        const int j = i / cx, e = (i - j * cx) * ce;
+        cp_async16(&cs.xr[j][e], xb + int64_t(j) * H * P + e);
+      }
+      const T* Bb = p.buffer.B + (slot * L * G + g) * int64_t(N);
+      for (int i = tid; i < n * cb; i += NT) {
+        const int j = i / cb, e = (i - j * cb) * ce;
+        cp_async16(&cs.Br[j][e], Bb + int64_t(j) * G * N + e);
+      }
+      // The current step's rows, a warp each from the last: x, B, C, z.
+      const int q = lane * ce;
+      if (warp == warps - 1 && lane < cx && aligned(xc)) cp_async16(&cs.xr[n][q], xc + q);
+      if (warp == warps - 2 && lane < cb && aligned(Bc)) cp_async16(&cs.Br[n][q], Bc + q);
+      if (warp == warps - 3 && lane < cb && aligned(Cc)) cp_async16(&cs.C[q], Cc + q);
+      if (warp == warps - 4 && zc && lane < cx && aligned(zc)) cp_async16(&cs.z[q], zc + q);
+    }
+
+    // 3. The coefficient grid's c_j and exp(A sum dt) for this row and head (mamba2_coef_row,
+    // committing rows), and D.
+    pdl_wait();
+    {
+      const float* ws = p.workspace + (int64_t(b) * H + h) * (L + 1);
+      if (tid <= n) cp_async4(&cs.c[tid], ws + tid);
+      if (tid == NT - 1) cp_async4(&cs.c[L], ws + L);
+      if (tid == NT - 2 && p.weights.D) cp_async4(&cs.D, p.weights.D + h);
+    }
+    // (current-step rows at another alignment: one element per thread and row)
+    if (!aligned(xc))
+      for (int i = tid; i < P; i += NT) cs.xr[n][i] = bits_t(value_bits(xc[i]));
+    if (!aligned(Bc))
+      for (int i = tid; i < N; i += NT) cs.Br[n][i] = bits_t(value_bits(Bc[i]));
+    if (!aligned(Cc))
+      for (int i = tid; i < N; i += NT) cs.C[i] = bits_t(value_bits(Cc[i]));
+    if (zc && !aligned(zc))
+      for (int i = tid; i < P; i += NT) cs.z[i] = bits_t(value_bits(zc[i]));
+    cp_async_wait_all();
+
+    // 4. c_j x_j and B_j as floats (4 elements per item), then the cursor arrival (every thread
+    // has used its read of the cursor and checkpoint index; the atomic overlaps the fold). (An
+    // arrival after the first barrier had ptxas wait for the atomic's result before the
+    // conversions, one more round trip on warp 0 before the second barrier.)
+    __syncthreads();
+    for (int i = tid; i < m * (P / 4); i += NT) {
+      const int j = i / (P / 4), e = (i - j * (P / 4)) * 4;
+      const float c = cs.c[j];
+      const float4 x = value4_of(&cs.xr[j][e]);  // (x * c as scale_window's `x *= c`)
+      *reinterpret_cast<float4*>(&cs.x[j][e]) = make_float4(x.x * c, x.y * c, x.z * c, x.w * c);
+    }
+    for (int i = tid; i < m * (N / 4); i += NT) {
+      const int j = i / (N / 4), e = (i - j * (N / 4)) * 4;
+      *reinterpret_cast<float4*>(&cs.B[j][e]) = value4_of(&cs.Br[j][e]);
+    }
+    __syncthreads();
+    slot_arrival arrival;
+    arrival.arrive(p.cursors.arrivals, slot);
+
+    // 5. The fold (the first use of the state): h = decay h, then h += (c_j x_j) B_j^T for
+    // j = 0..n in order, as rank_k.
+    float4 v[R];
+    {
+      const float decay = cs.c[L];
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const float4 q = make_float4(__uint_as_float(hr[k].x), __uint_as_float(hr[k].y),
+                                     __uint_as_float(hr[k].z), __uint_as_float(hr[k].w));
+        v[k] = make_float4(decay * q.x, decay * q.y, decay * q.z, decay * q.w);
+      }
+    }
+    {
+      const float* bp = &cs.B[0][lane * 4];  // B_j: the lane's 4 columns
+      const float* xp = &cs.x[0][p0];        // c_j x_j: the warp's R rows (a broadcast)
+#pragma unroll 1  // (unrolled by 2: 4 bytes of spills, the same 32 FFMA and 3 LDS.128 per step)
+      for (int j = 0; j < m; ++j, bp += N, xp += P) {
+        const float4 bj = *reinterpret_cast<const float4*>(bp);
+        float xs[R];
+#pragma unroll
+        for (int k = 0; k < R / 4; ++k) {
+          const float4 x4 = reinterpret_cast<const float4*>(xp)[k];
+          xs[4 * k] = x4.x, xs[4 * k + 1] = x4.y, xs[4 * k + 2] = x4.z, xs[4 * k + 3] = x4.w;
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) v[k] = fma4(xs[k], bj, v[k]);
+      }
+    }
+
+    // 6. The checkpoint at ck.wr (streaming stores, as tile.store).
+    {
+      float* st = p.state.data + ck.wr * p.state.slot_stride + h * p.state.head_stride +
+                  int64_t(p0) * p.state.row_stride + lane * 4;
+#pragma unroll
+      for (int k = 0; k < R; ++k) store_state4(st + int64_t(k) * p.state.row_stride, v[k]);
+    }
+
+    // 7. The current step's output from the folded state: contract's per-fragment dot and
+    // transposing sum, then D x_cur and the gate (as the fused path).
+    {
+      const float4 c = value4_of(&cs.C[lane * 4]);
+      float acc[R];
+#pragma unroll
+      for (int k = 0; k < R; ++k)
+        acc[k] = fmaf(v[k].x, c.x, fmaf(v[k].y, c.y, fmaf(v[k].z, c.z, v[k].w * c.w)));
+      using sum = transpose_sum<R, 32>;
+      sum::run(acc);
+      if (sum::leader(lane)) {
+        const int r = p0 + sum::index(lane);
+        float y = acc[0];
+        if (p.weights.D) y = fmaf(cs.D, bits_value<T>(cs.xr[n][r]), y);
+        if (p.in.z) y *= silu(bits_value<T>(cs.z[r]));
+        p.in.out[b * p.in.out_batch_stride + h * p.in.out_head_stride + r] = from_float<T>(y);
+      }
+    }
+
+    // 8. The slot's last block sets cursor 0 (and, branching, ckpt_of to the written slot).
+    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, uint32_t(heads(p)), 0,
+                   Branch ? p.branch.ckpt_of : nullptr, ck.wr);
   }
 
   /// A replay row's item for the block's heads hb * HB ..: the state rows, the x values, and after
@@ -335,6 +547,14 @@ struct mamba2_stream_agent {
                    Branch ? p.branch.ckpt_of : nullptr, ck.rd);
   }
 };
+
+/// Whether the decode grid of `Policy`'s split step folds committing rows with
+/// mamba2_stream_agent::commit (then mamba2_coef_kernel computes their coefficients).
+template <class Policy, bool Supported = mamba2_stream_supported<Policy>::value>
+struct mamba2_stream_commits : std::false_type {};
+template <class Policy>
+struct mamba2_stream_commits<Policy, true>
+    : std::integral_constant<bool, mamba2_stream_agent<Policy, false>::stream_commit> {};
 
 }  // namespace detail
 }  // namespace replayssm
