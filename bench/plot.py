@@ -83,7 +83,8 @@ def main():
         if m:
             table[(m.group(1), m.group(2))][(m.group(4), int(m.group(5)))] = b
     lines = [f"# Decode benchmark summary\n",
-             f"Device: {ctx.get('device', '?')}, date {ctx.get('date', '?')}. "
+             f"Device: {ctx.get('device', '?')}, date {ctx.get('date', '?')}, "
+             f"commit {ctx.get('replayssm_commit', '?')}. "
              f"Copy ceiling measured in the same run: {copy / 1e12:.2f} TB/s (read + write); "
              f"read-only: {read / 1e12:.2f} TB/s. Times are medians per decode step; "
              f"'x eager' is our eager step's time over this kernel's; '% copy' is the kernel's "

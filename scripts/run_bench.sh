@@ -26,4 +26,13 @@ mkdir -p "$out"
 "$BUILD_DIR/bench/bench_spec" --benchmark_min_time="${BENCH_MIN_TIME:-0.1}" \
   --benchmark_repetitions="${BENCH_REPS:-3}" --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/spec.json" --benchmark_out_format=json
+# The commit measured, in each JSON's context (Google Benchmark records the device and date).
+python3 - "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$out/decode.json" \
+  "$out/spec.json" <<'PY'
+import json, sys
+for path in sys.argv[2:]:
+    data = json.load(open(path))
+    data["context"]["replayssm_commit"] = sys.argv[1]
+    json.dump(data, open(path, "w"), indent=2)
+PY
 python3 bench/plot.py "$out/decode.json" --spec "$out/spec.json" --out-dir "$out"
