@@ -27,7 +27,7 @@ mkdir -p "$out"
   --benchmark_repetitions="${BENCH_REPS:-3}" --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/spec.json" --benchmark_out_format=json
 # The commit measured, in each JSON's context (Google Benchmark records the device and date).
-python3 - "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$out/decode.json" \
+python3 - "$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)" "$out/decode.json" \
   "$out/spec.json" <<'PY'
 import json, sys
 for path in sys.argv[2:]:
