@@ -84,9 +84,9 @@ TEMPLATE_TEST_CASE(
 
 // The split decode step (workspace) against the fused one, launch by launch: identical slot
 // memory (checkpoints, buffers, cursors) after every launch, committing rows' outputs bit for
-// bit, replay rows' within rounding (rtest::run_split_vs_fused). At HEAD the split step's
-// committing rows run the fused agent's code and its appends are the same bits; a faster commit
-// path must keep it so.
+// bit, replay rows' within rounding (rtest::run_split_vs_fused). The split step's committing
+// rows run mamba2_stream_agent::commit for fp32 checkpoints with 16-bit inputs (the bf16 policies
+// here) and the fused agent's code otherwise; both must give the fused step's bits.
 TEMPLATE_TEST_CASE("mamba2 split decode step commits exactly as the fused step",
                    "[gpu][mamba2][replay][split]", mamba2_f32_L8_K4, mamba2_f32_L16_K16,
                    mamba2_bf16_L16_K16, mamba2_bf16_L32_K16) {

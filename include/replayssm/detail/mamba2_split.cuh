@@ -34,6 +34,17 @@ REPLAYSSM_DEVICE float mamba2_step_dt(const Params& p, float raw, int h) {
 /// Threads of a coefficient block (one block per batch row).
 constexpr int mamba2_coef_threads = 256;
 
+/// Head h's dt over batch row b's window (slot `slot`, H heads): the n buffered values into
+/// dtq[0 .. n - 1] (0 beyond); returns the current step's, by mamba2_step_dt.
+template <class Policy, int L>
+REPLAYSSM_DEVICE float mamba2_window_dt(const mamba2_params<Policy>& p, int b, int64_t slot, int n,
+                                        int h, int H, float (&dtq)[L]) {
+#pragma unroll
+  for (int q = 0; q < L; ++q) dtq[q] = q < n ? p.buffer.dt[(slot * L + q) * H + h] : 0.f;
+  return mamba2_step_dt(p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]),
+                        h);
+}
+
 /// A committing row's coefficients (mamba2_coef_row with Commits): per head, thread per head,
 ///   c_j = dt_j exp(A sum_{i > j} dt_i) (j = 0..n),   exp(A sum_{j <= n} dt_j) at index L,
 /// formed exactly as mamba2_agent::scale_window does (the same backward fmaf walk over the same
@@ -47,10 +58,7 @@ REPLAYSSM_DEVICE void mamba2_commit_coefs(const mamba2_params<Policy>& p, int b,
   const int H = p.nheads;
   for (int h = threadIdx.x; h < H; h += mamba2_coef_threads) {
     float dtq[L];
-#pragma unroll
-    for (int q = 0; q < L; ++q) dtq[q] = q < n ? p.buffer.dt[(slot * L + q) * H + h] : 0.f;
-    const float dt_cur =
-        mamba2_step_dt(p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]), h);
+    const float dt_cur = mamba2_window_dt(p, b, slot, n, h, H, dtq);
     const float A = p.weights.A[h];
     float* out = p.workspace + (int64_t(b) * H + h) * (L + 1);
     float later = 0.f;  // A * (sum of dt over the steps after q)
@@ -159,10 +167,7 @@ REPLAYSSM_DEVICE void mamba2_coef_row(const mamba2_params<Policy>& p, int b, flo
   const int per_group = H / G;
   for (int h = threadIdx.x; h < H; h += NT) {
     float dtq[L];
-#pragma unroll
-    for (int q = 0; q < L; ++q) dtq[q] = q < n ? p.buffer.dt[(slot * L + q) * H + h] : 0.f;
-    const float dt_cur =
-        mamba2_step_dt(p, to_float(p.in.dt[b * p.in.dt_batch_stride + h * p.in.dt_head_stride]), h);
+    const float dt_cur = mamba2_window_dt(p, b, slot, n, h, H, dtq);
     const float A = p.weights.A[h];
     const float* dot = dots + (h / per_group) * L;
     float* out = p.workspace + (int64_t(b) * H + h) * (L + 1);

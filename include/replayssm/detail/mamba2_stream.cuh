@@ -164,17 +164,16 @@ struct mamba2_stream_agent {
   shared_storage& s;
 
   /// Four consecutive input values from their bits in shared memory (16-bit: one 8-byte read,
-  /// fp32: one 16-byte read; `u` aligned to it), as floats.
+  /// fp32: one 16-byte read; `u` aligned to it), as floats (frag_get of each).
   static REPLAYSSM_DEVICE float4 value4_of(const bits_t* u) {
+    uint4 f;
     if constexpr (sizeof(T) == 4) {
-      const uint4 w = *reinterpret_cast<const uint4*>(u);
-      return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z),
-                         __uint_as_float(w.w));
+      f = *reinterpret_cast<const uint4*>(u);
     } else {
       const uint2 w = *reinterpret_cast<const uint2*>(u);
-      return make_float4(bits_value<T>(w.x & 0xffffu), bits_value<T>(w.x >> 16),
-                         bits_value<T>(w.y & 0xffffu), bits_value<T>(w.y >> 16));
+      f = make_uint4(w.x, w.y, 0u, 0u);
     }
+    return make_float4(frag_get<T>(f, 0), frag_get<T>(f, 1), frag_get<T>(f, 2), frag_get<T>(f, 3));
   }
 
   /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
