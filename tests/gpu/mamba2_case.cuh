@@ -117,15 +117,22 @@ struct mamba2_case {
     out_r = dev_array<T>(hx.size());
     out_e = dev_array<T>(hx.size());
   }
+  /// Every slot's memory a launch may write: checkpoints, buffers, cursors, arrivals and, for
+  /// a pair, the serving copy (and an 8-bit copy's row scales) after them.
   std::vector<rtest::slot_region> slot_regions() const {
     const int H = cfg.nheads, G = cfg.ngroups;
-    return {{pool_r.ptr, state_elems() * 4},
-            {pool_e.ptr, state_elems() * 4},
-            {bx.ptr, size_t(L) * H * P * sizeof(T)},
-            {bB.ptr, size_t(L) * G * N * sizeof(T)},
-            {bdt.ptr, size_t(L) * H * 4},
-            {cursor.ptr, 4},
-            {arrivals.ptr, 4}};
+    std::vector<rtest::slot_region> r{{pool_r.ptr, state_elems() * 4},
+                                      {pool_e.ptr, state_elems() * 4},
+                                      {bx.ptr, size_t(L) * H * P * sizeof(T)},
+                                      {bB.ptr, size_t(L) * G * N * sizeof(T)},
+                                      {bdt.ptr, size_t(L) * H * 4},
+                                      {cursor.ptr, 4},
+                                      {arrivals.ptr, 4}};
+    if constexpr (Policy::has_serving_copy)
+      r.push_back({serving_r.ptr, state_elems() * sizeof(typename Policy::serving_type)});
+    if constexpr (Policy::scaled_copy)
+      r.push_back({serving_scale_r.ptr, serving_scales_per_slot() * 4});
+    return r;
   }
   ref_state random_state(std::mt19937_64& rng) const {
     std::normal_distribution<double> nd(0, 0.5);

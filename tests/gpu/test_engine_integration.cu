@@ -292,6 +292,11 @@ void run_branches(Case& c, int steps, std::mt19937_64& rng) {
 using m2 = replay_policy<rules::mamba2<64, 128, float>, 16, 16>;
 using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 16, 16>;
 using m2_pair = replay_policy<rules::mamba2<64, 128, float>, 16, 16, precision::fp32_bf16>;
+// bf16 inputs: the split step's committing rows fold in mamba2_stream_agent::commit (Branch).
+using m2b_pair =
+    replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 16, 16, precision::fp32_bf16>;
+static_assert(detail::mamba2_stream_commits<m2b_pair>::value,
+              "the bf16-input pair commits in the stream kernel");
 using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 16, 8>;
 
 }  // namespace
@@ -345,6 +350,11 @@ TEST_CASE("branches forked from one sequence share its checkpoint and never writ
     rtest::mamba2_case<m2_pair> d(16, 2, true);
     d.use_workspace = true;
     run_branches(d, steps, rng);
+  }
+  SECTION("mamba2 fp32 + bf16 pair, bf16 inputs, split (the stream kernel's commit, branching)") {
+    rtest::mamba2_case<m2b_pair> c(16, 2, true);
+    c.use_workspace = true;
+    run_branches(c, steps, rng);
   }
   SECTION("gated deltanet kv") {
     rtest::gdn_case<gdn> c(2, 4);

@@ -16,6 +16,11 @@ using mamba2_f32_L16_K16 = replay_policy<m2f, 16, 16>;
 using mamba2_f32_L32_K16 = replay_policy<m2f, 32, 16>;
 using mamba2_bf16_L32_K16 = replay_policy<m2b, 32, 16>;
 using mamba2_bf16_L16_K16 = replay_policy<m2b, 16, 16>;  // the decode benchmark's policy
+// Precision pairs with bf16 inputs (bench_decode's precision rows): the split step's committing
+// rows fold in the stream kernel (mamba2_stream_agent::commit, master and copy).
+using mamba2_bf16_L16_K16_fp32_bf16 = replay_policy<m2b, 16, 16, precision::fp32_bf16>;
+using mamba2_bf16_L16_K16_fp32_fp8 = replay_policy<m2b, 16, 16, precision::fp32_fp8>;
+using mamba2_bf16_L16_K16_fp32_int8 = replay_policy<m2b, 16, 16, precision::fp32_int8>;
 // The persistent, pipelined kernels (PipelineStages >= 2).
 using mamba2_f32_L16_K16_pipe3 = replay_policy<m2f, 16, 16, precision::fp32, 64, 256, 3>;
 using mamba2_bf16_L8_K4_pipe2 = replay_policy<m2b, 8, 4, precision::fp32, 32, 128, 2>;
@@ -85,11 +90,17 @@ TEMPLATE_TEST_CASE(
 // The split decode step (workspace) against the fused one, launch by launch: identical slot
 // memory (checkpoints, buffers, cursors) after every launch, committing rows' outputs bit for
 // bit, replay rows' within rounding (rtest::run_split_vs_fused). The split step's committing
-// rows run mamba2_stream_agent::commit for fp32 checkpoints with 16-bit inputs (the bf16 policies
-// here) and the fused agent's code otherwise; both must give the fused step's bits.
+// rows run mamba2_stream_agent::commit for fp32 checkpoints (single or the pairs' fp32 masters)
+// with 16-bit inputs (the bf16 policies here, asserted) and the fused agent's code otherwise
+// (fp32 inputs); both must give the fused step's bits. For the pairs the slot memory includes
+// the serving copy and an 8-bit copy's row scales (mamba2_case::slot_regions).
 TEMPLATE_TEST_CASE("mamba2 split decode step commits exactly as the fused step",
                    "[gpu][mamba2][replay][split]", mamba2_f32_L8_K4, mamba2_f32_L16_K16,
-                   mamba2_bf16_L16_K16, mamba2_bf16_L32_K16) {
+                   mamba2_bf16_L16_K16, mamba2_bf16_L32_K16, mamba2_bf16_L16_K16_fp32_bf16,
+                   mamba2_bf16_L16_K16_fp32_fp8, mamba2_bf16_L16_K16_fp32_int8) {
+  static_assert(sizeof(typename TestType::input_type) == 4 ||
+                    replayssm::detail::mamba2_stream_commits<TestType>::value,
+                "the 16-bit-input policies of this test reach mamba2_stream_agent::commit");
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
   constexpr int K = TestType::commit_interval;

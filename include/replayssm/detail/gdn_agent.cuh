@@ -104,6 +104,11 @@ struct gdn_agent {
     alignas(16) float u[VT];
     // (the scaled fold's contract_cols alternates two halves of it)
     alignas(16) float scratch[(scaled_fold ? 2 : 1) * tile_t::scratch_floats];
+    // The scaled fold's per-step scalars (fold_scalars): 1 / A_j, and the factor a step first
+    // brings the tile to (1: none).
+    float fold_ia[scaled_fold ? S : 1];
+    float fold_r[scaled_fold ? S : 1];
+    float fold_A;  // A_m
     float qscale[NQ];
     uint32_t path[NQ];  // verify: the drafts on each draft's path (bit k: draft k)
   };
@@ -181,29 +186,70 @@ struct gdn_agent {
     if constexpr (!scaled_fold) {
       for (int j = 0; j < m; ++j) direct_step(tile, j);
     } else {
-      constexpr float tiny = 5.421010862427522e-20f;  // 2^-64
-      float A = 1.f;  // the tile holds h / A
-      for (int j = 0; j < m; ++j) {
-        A *= expf(s.g[j]);
-        if (A < tiny) {  // (rare: gates summing below -44 within a window)
-          tile.scale(A);
-          A = 1.f;
-        }
-        const float ia = 1.f / A, bj = s.beta[j];
-        if constexpr (kv) {  // one barrier a step: each thread forms u for its own columns
-          const float4 kh = tile.contract_cols(s.k[j], s.scratch, j & 1);  // H^T k
-          const float4 vj = *reinterpret_cast<const float4*>(&s.v[j][tile_t::col()]);
-          tile.rank1_add_cols(s.k[j], make_float4(bj * (vj.x * ia - kh.x), bj * (vj.y * ia - kh.y),
-                                                  bj * (vj.z * ia - kh.z), bj * (vj.w * ia - kh.w)));
-        } else {
-          tile.contract(s.k[j], s.kh, s.scratch);  // H^T k
-          if (threadIdx.x < VT) s.u[threadIdx.x] = bj * (s.v[j][threadIdx.x] * ia - s.kh[threadIdx.x]);
-          __syncthreads();
-          tile.rank1_add(s.k[j], s.u);
-        }
+      if (fold_scalars(m)) {  // (block-uniform)
+        for (int j = 0; j < m; ++j) scaled_step<true>(tile, j);
+      } else {  // (the usual case: no step's scalars are waited for before its contraction)
+        for (int j = 0; j < m; ++j) scaled_step<false>(tile, j);
       }
+      const float A = s.fold_A;
       if (A != 1.f) tile.scale(A);
       if constexpr (kv) __syncthreads();  // the last step's partial sums are read before reuse
+    }
+  }
+
+  /// The scaled fold's scalars of the first m staged steps (m <= L <= NT), computed once: thread
+  /// j runs the per-step form's operations for steps 0 .. j in their order (A *= exp(g_i);
+  /// should A fall below 2^-64, the step first scales the tile by A and continues with A = 1),
+  /// so every thread's A_j has the same bits as the sequential form's, and writes step j's
+  /// rescale factor (1: none) and 1 / A_j. A step then no longer waits for an exponential, a
+  /// division and a branch on them before its contraction (bench/experiments/
+  /// gdn_commit_study.md). Returns whether any step rescales (block-uniform). Call from all
+  /// threads once s.g[0 .. m - 1] are visible; ends with a barrier.
+  REPLAYSSM_DEVICE bool fold_scalars(int m) {
+    constexpr float tiny = 5.421010862427522e-20f;  // 2^-64
+    int rescales = 0;
+    if (int(threadIdx.x) < m) {
+      const int j = threadIdx.x;
+      float A = 1.f, r = 1.f;  // the tile holds h / A
+      // (branch-free: every staged entry's exponential is independent of the others, so they
+      // are all in flight at once; entries past j, or past m, only feed selects)
+#pragma unroll
+      for (int i = 0; i < S; ++i) {
+        const float Ai = A * expf(s.g[i]);
+        const bool low = Ai < tiny;  // (rare: gates summing below -44 within a window)
+        const bool in = i <= j;
+        r = in ? (low ? Ai : 1.f) : r;  // (below 2^-64: never 1)
+        A = in ? (low ? 1.f : Ai) : A;
+      }
+      s.fold_r[j] = r;
+      s.fold_ia[j] = 1.f / A;
+      if (j == m - 1) s.fold_A = A;
+      rescales = r != 1.f;
+    }
+    if (m == 0 && threadIdx.x == 0) s.fold_A = 1.f;
+    return __syncthreads_or(rescales) != 0;
+  }
+
+  /// Step j of the scaled fold (fold()): H_j = H_{j-1} + k_j (u_j / A_j)^T,
+  /// u_j / A_j = beta_j (v_j / A_j - H_{j-1}^T k_j).
+  template <bool Rescale>
+  REPLAYSSM_DEVICE void scaled_step(tile_t& tile, int j) {
+    if constexpr (Rescale) {
+      const float r = s.fold_r[j];
+      if (r != 1.f) tile.scale(r);
+    }
+    if constexpr (kv) {  // one barrier a step: each thread forms u for its own columns
+      const float4 kh = tile.contract_cols(s.k[j], s.scratch, j & 1);  // H^T k
+      const float ia = s.fold_ia[j], bj = s.beta[j];
+      const float4 vj = *reinterpret_cast<const float4*>(&s.v[j][tile_t::col()]);
+      tile.rank1_add_cols(s.k[j], make_float4(bj * (vj.x * ia - kh.x), bj * (vj.y * ia - kh.y),
+                                              bj * (vj.z * ia - kh.z), bj * (vj.w * ia - kh.w)));
+    } else {
+      tile.contract(s.k[j], s.kh, s.scratch);  // H^T k
+      const float ia = s.fold_ia[j], bj = s.beta[j];
+      if (threadIdx.x < VT) s.u[threadIdx.x] = bj * (s.v[j][threadIdx.x] * ia - s.kh[threadIdx.x]);
+      __syncthreads();
+      tile.rank1_add(s.k[j], s.u);
     }
   }
 

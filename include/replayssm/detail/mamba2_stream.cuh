@@ -142,16 +142,28 @@ struct mamba2_stream_agent {
     alignas(16) float c[L + 1];
     float D;
   };
+  /// Rows per warp of commit(): every warp of the block works on one head at a time (HB heads
+  /// one after another), so CR = P / warps (= R with one head per block).
+  static constexpr int CR = P / warps;
+  /// An fp32 master with a serving copy (precision::fp32_bf16, fp32_fp16, fp32_fp8, fp32_int8):
+  /// commit() folds the master and regenerates the copy from the folded fp32 values.
+  static constexpr bool pair_commit = Policy::has_serving_copy &&
+                                      std::is_same<typename Policy::master_type, float>::value &&
+                                      !Policy::scaled_state;
   /// Whether committing rows take commit() (the state first, the inputs by cp.async, the
   /// coefficients from mamba2_coef_kernel, an FMA fold in the stream layout) instead of the fused
-  /// agent's path: fp32 single checkpoints (no pair, no 8-bit scales), one head per block, at
-  /// most 8 rows per warp (32 state registers per thread at the 64-register bound), 16-bit
-  /// inputs (with fp32 inputs ptxas spilled a state fragment right after its load, and in the
-  /// replay path too), and a staging that fits static shared memory. The other policies keep the
-  /// fused path.
+  /// agent's path: fp32 single checkpoints (no 8-bit scales) with one head per block, or an fp32
+  /// master with a serving copy (pair_commit: the block's HB heads one after another); at most
+  /// 8 rows per warp (32 state registers per thread at the 64-register bound), 16-bit inputs
+  /// (with fp32 inputs ptxas spilled a state fragment right after its load, and in the replay
+  /// path too), and a staging that fits static shared memory. The other policies keep the fused
+  /// path.
   static constexpr bool stream_commit =
-      std::is_same<S, float>::value && std::is_same<typename Policy::master_type, float>::value &&
-      !Policy::has_serving_copy && !scaled && HB == 1 && R <= 8 && R % 4 == 0 && sizeof(T) == 2 &&
+      ((std::is_same<S, float>::value &&
+        std::is_same<typename Policy::master_type, float>::value && !Policy::has_serving_copy &&
+        !scaled && HB == 1) ||
+       pair_commit) &&
+      P % warps == 0 && CR <= 8 && CR % 4 == 0 && sizeof(T) == 2 &&
       (P * int(sizeof(T))) % 16 == 0 && sizeof(commit_stage_t) <= 40 * 1024;
   union shared_storage {
     typename fused::shared_storage f;  ///< commit rows (fused path)
@@ -193,8 +205,23 @@ struct mamba2_stream_agent {
     if (slot == p.rows.null_slot) return;
     const int n = buffered_steps<op::decode, K, L>(p.cursors.cursor[slot]);
     if (n + 1 >= K) {
-      if constexpr (stream_commit) {
+      if constexpr (stream_commit && HB == 1) {
         commit(p, b, hb, slot, n);
+      } else if constexpr (stream_commit) {
+        // Pairs of a 16- or 8-bit copy (HB = 2): the block's heads one after another, each over
+        // all the warps, each reading the slot and cursor again and arriving for itself, as the
+        // fused items below (the same values: the slot's H arrivals are not complete before
+        // this block's last head has arrived). One copy of commit() in a loop, slot and n read
+        // again in it: carried across the first head instead (or commit() inlined twice),
+        // ptxas spilled 40-68 bytes, state fragments among them right after their loads.
+#pragma unroll 1
+        for (int i = 0; i < HB; ++i) {
+          const int h = hb * HB + i;
+          if (h >= p.nheads) break;    // (a missing last head)
+          if (i > 0) __syncthreads();  // the next head reuses the staging
+          const int64_t si = fused::slot_of(p, b);
+          commit(p, b, h, si, buffered_steps<op::decode, K, L>(p.cursors.cursor[si]));
+        }
       } else {
         // One fused item per head (each reads the slot and cursor again, the same values: the
         // slot's H arrivals are not complete before this block's last head has arrived).
@@ -209,10 +236,11 @@ struct mamba2_stream_agent {
     stream(p, b, hb, slot, n);
   }
 
-  /// A committing row's item (stream_commit policies: fp32 single checkpoint, HB = 1): head hb,
-  /// m = n + 1 steps (the n buffered ones and the current one) folded into the checkpoint, the
-  /// current step's output from the folded state, cursor 0. Built like the fold prototype
-  /// (bench/experiments/mma_fold, fold_kernel<fma, 1>):
+  /// Head h of a committing row (stream_commit policies; with HB = 2, pairs, the block's heads
+  /// one after another, see run()): m = n + 1 steps (the n buffered ones and the current one)
+  /// folded into the checkpoint (a pair's fp32 master), the current step's output from the
+  /// folded state, cursor 0. Built like the fold prototype (bench/experiments/mma_fold,
+  /// fold_kernel<fma, 1>):
   ///  1. the state fragments requested first (the replay rows' layout: warp w rows w R .., lane l
   ///     columns 4 l ..; R 16-byte streaming loads per thread, not waited on before the fold);
   ///  2. the window's inputs as given (x and B of steps 0..n, the current C, z) by asynchronous
@@ -225,12 +253,18 @@ struct mamba2_stream_agent {
   ///     coefficient kernel forms with the same fmaf walk; rank_k), so the checkpoint is
   ///     bit-identical to it; the output is contract's sum (the same per-fragment formula and
   ///     transpose_sum<R, 32> order), + D x_cur, * silu(z).
+  ///  6. (pairs) the serving copy regenerated from the folded fp32 values in registers, as the
+  ///     fused path's store_copy: a 16-bit copy rounded to nearest per element (store_state4),
+  ///     an 8-bit copy by store_scaled_frag<32> (a row is one warp here as in the fused tile:
+  ///     the same max reduction, scale, reciprocal and codes, scale row p0 + k of the head);
+  ///     the output, as the fused path's, from the fp32 values.
   /// The buffer is not appended (the window restarts at cursor 0). Call from all threads.
   REPLAYSSM_DEVICE void commit(const params_t& p, int b, int h, int64_t slot, int n) {
+    constexpr int R = CR;  // (rows per warp: every warp of the block is on head h)
     const int H = p.nheads, G = p.ngroups;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int tid = threadIdx.x;
-    const int p0 = warp * R;  // (HB = 1: every warp is the head's)
+    const int p0 = warp * R;
     const int m = n + 1;
     ckpt_slots ck;
     if (!resolve_ckpt_slots<Branch>(p, b, slot, true, ck)) return;
@@ -352,6 +386,21 @@ struct mamba2_stream_agent {
 #pragma unroll
       for (int k = 0; k < R; ++k) store_state4(st + int64_t(k) * p.state.row_stride, v[k]);
     }
+    if constexpr (pair_commit) {  // the copy at ck.wr, from the folded master (store_copy)
+      const auto& sp = p.serving;
+      S* cp = sp.data + ck.wr * sp.slot_stride + h * sp.head_stride +
+              int64_t(p0) * sp.row_stride + lane * 4;
+      if constexpr (Policy::scaled_copy) {
+        const scale_pool_ref& sc = p.serving_scale;
+        float* srow = sc.data + ck.wr * sc.slot_stride + h * sc.head_stride + p0;  // (tile 0)
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+          store_scaled_frag<32>(v[k], cp + int64_t(k) * sp.row_stride, srow + k);
+      } else {
+#pragma unroll
+        for (int k = 0; k < R; ++k) store_state4(cp + int64_t(k) * sp.row_stride, v[k]);
+      }
+    }
 
     // 7. The current step's output from the folded state: contract's per-fragment dot and
     // transposing sum, then D x_cur and the gate (as the fused path).
@@ -373,7 +422,9 @@ struct mamba2_stream_agent {
     }
 
     // 8. The slot's last block sets cursor 0 (and, branching, ckpt_of to the written slot).
-    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot, uint32_t(heads(p)), 0,
+    // (one arrival per head, the fused path's count: H; with HB = 1 that is heads(p))
+    arrival.finish(p.cursors.cursor, p.cursors.arrivals, slot,
+                   HB == 1 ? uint32_t(heads(p)) : uint32_t(H), 0,
                    Branch ? p.branch.ckpt_of : nullptr, ck.wr);
   }
 

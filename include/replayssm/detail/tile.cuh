@@ -267,11 +267,45 @@ struct reduce_major_tile {
 
   float4 v[frags];
 
+  /// Whether a thread's rows are consecutive (one row per warp load): then the reduced vector's
+  /// entries of its rows are read 4 at a time (for_rows; the vector 16-byte aligned).
+  static constexpr bool rows4 = rows_per_pass == 1 && frags % 4 == 0;
+
   REPLAYSSM_DEVICE static int lane() { return threadIdx.x & 31; }
+  /// Warp w owns rows w Red / warps .. (w + 1) Red / warps - 1 (consecutive; at a Tile of 128
+  /// columns a lane holds 4 columns of each, and the reduced vector's entries of a warp's rows
+  /// are 4 float4 broadcasts per 16 rows instead of 16 scalar loads: bench/experiments/
+  /// gdn_commit_study.md).
   REPLAYSSM_DEVICE static int row(int r) {
-    return r * row_step + (threadIdx.x >> 5) * rows_per_pass + lane() / lanes_per_row;
+    return (threadIdx.x >> 5) * (frags * rows_per_pass) + r * rows_per_pass +
+           lane() / lanes_per_row;
   }
   REPLAYSSM_DEVICE static int col() { return (lane() % lanes_per_row) * 4; }
+  /// row(r) - row(0), a constant: load_scaled and store_scaled address fragment r and its row's
+  /// scale from row 0's by it (`offset_rows`). Indexed by row(r) itself (warp * 32 | r), the
+  /// 8-bit paths rebuilt both 64-bit addresses, thread index included, for every row: +600 SASS
+  /// instructions in the int8 eager step, +19% time (bench/experiments/gdn_commit_fast_v2.md).
+  static constexpr bool offset_rows = true;
+  REPLAYSSM_HD static constexpr int row_offset(int r) { return r * rows_per_pass; }
+  /// f(r, vec[row(r)]) for r = 0 .. frags - 1, in order; the entries read as float4 where
+  /// `rows4` (vec 16-byte aligned: the agents' staged k and q rows are).
+  template <class F>
+  REPLAYSSM_DEVICE static void for_rows(const float* vec, F&& f) {
+    if constexpr (rows4) {
+      const float4* v4 = reinterpret_cast<const float4*>(vec + row(0));
+#pragma unroll
+      for (int r = 0; r < frags; r += 4) {
+        const float4 e = v4[r / 4];
+        f(r, e.x);
+        f(r + 1, e.y);
+        f(r + 2, e.z);
+        f(r + 3, e.w);
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < frags; ++r) f(r, vec[row(r)]);
+    }
+  }
 
   /// base points at element (keep0, 0) of the full state (fp32, bf16 or fp16).
   template <class S>
@@ -288,8 +322,7 @@ struct reduce_major_tile {
   /// over the lanes that share those columns).
   REPLAYSSM_DEVICE float4 warp_partial(const float* vec) const {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int r = 0; r < frags; ++r) acc = fma4(vec[row(r)], v[r], acc);
+    for_rows(vec, [&](int r, float e) { acc = fma4(e, v[r], acc); });
 #pragma unroll
     for (int off = lanes_per_row; off < 32; off <<= 1) {
       acc.x += __shfl_xor_sync(0xffffffffu, acc.x, off);
@@ -317,12 +350,10 @@ struct reduce_major_tile {
   REPLAYSSM_DEVICE void rank1(float a, const float* red, const float* keep, float coef) {
     float4 u = *reinterpret_cast<const float4*>(keep + col());
     u = make_float4(u.x * coef, u.y * coef, u.z * coef, u.w * coef);
-#pragma unroll
-    for (int r = 0; r < frags; ++r) {
-      const float b = red[row(r)];
+    for_rows(red, [&](int r, float b) {
       v[r] = make_float4(fmaf(a, v[r].x, u.x * b), fmaf(a, v[r].y, u.y * b),
                          fmaf(a, v[r].z, u.z * b), fmaf(a, v[r].w, u.w * b));
-    }
+    });
   }
   /// s(i, j) += keep[i] * red[j]: one FMA per element; red and keep in shared memory.
   REPLAYSSM_DEVICE void rank1_add(const float* red, const float* keep) {
@@ -331,8 +362,7 @@ struct reduce_major_tile {
   /// s(i, j) += keep[i] * red[j] with this thread's keep[col() .. col() + 3] in `keep4` (as
   /// contract_cols returns them); red in shared memory.
   REPLAYSSM_DEVICE void rank1_add_cols(const float* red, float4 keep4) {
-#pragma unroll
-    for (int r = 0; r < frags; ++r) v[r] = fma4(red[row(r)], keep4, v[r]);
+    for_rows(red, [&](int r, float b) { v[r] = fma4(b, keep4, v[r]); });
   }
   /// This thread's columns col() .. col() + 3 of contract(vec) (the same sums in the same
   /// order), with one block barrier: the warps' partial sums go to half `half` (0 or 1) of
@@ -470,19 +500,60 @@ REPLAYSSM_DEVICE void frag_set(uint4& u, int e, V v) {
   }
 }
 
+/// Whether load_scaled and store_scaled address a tile's fragments from row 0's by
+/// Tile::row_offset (reduce_major_tile: `offset_rows`); other tiles index by row(r).
+template <class Tile, class = void>
+struct offset_rows_of : std::false_type {};
+template <class Tile>
+struct offset_rows_of<Tile, std::enable_if_t<Tile::offset_rows>> : std::true_type {};
+
 /// Loads a tile from an 8-bit copy: four codes (4 bytes) per fragment times the row's scale
 /// (`scales[i]`: tile row i).
 template <class Tile, class S>
 REPLAYSSM_DEVICE void load_scaled(Tile& tile, const S* base, int64_t row_stride,
                                   const float* scales) {
+  if constexpr (offset_rows_of<Tile>::value) {
+    const S* p = base + Tile::row(0) * row_stride + Tile::col();
+    const float* sp = scales + Tile::row(0);
+    uint32_t u[Tile::frags];  // (every fragment's codes and scale requested before any is used)
+    float sc[Tile::frags];
 #pragma unroll
-  for (int r = 0; r < Tile::frags; ++r) {
-    const uint32_t u = __ldcs(
-        reinterpret_cast<const unsigned int*>(base + Tile::row(r) * row_stride + Tile::col()));
-    const float sc = scales[Tile::row(r)];
-    const float2 lo = code8<S>::decode2(u), hi = code8<S>::decode2(u >> 16);
-    tile.v[r] = make_float4(lo.x * sc, lo.y * sc, hi.x * sc, hi.y * sc);
+    for (int r = 0; r < Tile::frags; ++r) {
+      u[r] = __ldcs(reinterpret_cast<const unsigned int*>(p + Tile::row_offset(r) * row_stride));
+      sc[r] = sp[Tile::row_offset(r)];
+    }
+#pragma unroll
+    for (int r = 0; r < Tile::frags; ++r) {
+      const float2 lo = code8<S>::decode2(u[r]), hi = code8<S>::decode2(u[r] >> 16);
+      tile.v[r] = make_float4(lo.x * sc[r], lo.y * sc[r], hi.x * sc[r], hi.y * sc[r]);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < Tile::frags; ++r) {
+      const uint32_t u = __ldcs(
+          reinterpret_cast<const unsigned int*>(base + Tile::row(r) * row_stride + Tile::col()));
+      const float sc = scales[Tile::row(r)];
+      const float2 lo = code8<S>::decode2(u), hi = code8<S>::decode2(u >> 16);
+      tile.v[r] = make_float4(lo.x * sc, lo.y * sc, hi.x * sc, hi.y * sc);
+    }
   }
+}
+/// One fragment of store_scaled, held by the `Lanes` lanes of its row (every lane of the warp
+/// calls it): the row's scale to *sc (by the row's first lane), the codes to p. With Lanes = 32
+/// a whole warp holds the row (mamba2_stream_agent::commit's 8-bit copy).
+template <int Lanes, class S>
+REPLAYSSM_DEVICE void store_scaled_frag(const float4 v, S* p, float* sc) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int off = Lanes / 2; off > 0; off >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float s = row_scale<S>(amax), inv = 1.f / s;
+  if ((threadIdx.x & 31) % Lanes == 0) *sc = s;
+  const uint32_t u = uint32_t(code8<S>::encode(v.x * inv)) |
+                     (uint32_t(code8<S>::encode(v.y * inv)) << 8) |
+                     (uint32_t(code8<S>::encode(v.z * inv)) << 16) |
+                     (uint32_t(code8<S>::encode(v.w * inv)) << 24);
+  __stcs(reinterpret_cast<unsigned int*>(p), u);
 }
 /// Stores a tile as an 8-bit copy: each row's scale from its largest magnitude (reduced over the
 /// lanes that hold the row), then the codes of value * (1 / scale): one IEEE division per row
@@ -491,21 +562,18 @@ REPLAYSSM_DEVICE void load_scaled(Tile& tile, const S* base, int64_t row_stride,
 /// must round the same way (tests/gpu/test_precision.cu does).
 template <class Tile, class S>
 REPLAYSSM_DEVICE void store_scaled(const Tile& tile, S* base, int64_t row_stride, float* scales) {
-  const int l = threadIdx.x & 31;
+  if constexpr (offset_rows_of<Tile>::value) {
+    S* p = base + Tile::row(0) * row_stride + Tile::col();
+    float* sp = scales + Tile::row(0);
 #pragma unroll
-  for (int r = 0; r < Tile::frags; ++r) {
-    const float4 v = tile.v[r];
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int r = 0; r < Tile::frags; ++r)
+      store_scaled_frag<Tile::lanes_per_row>(tile.v[r], p + Tile::row_offset(r) * row_stride,
+                                             sp + Tile::row_offset(r));
+  } else {
 #pragma unroll
-    for (int off = Tile::lanes_per_row / 2; off > 0; off >>= 1)
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float sc = row_scale<S>(amax), inv = 1.f / sc;
-    if (l % Tile::lanes_per_row == 0) scales[Tile::row(r)] = sc;
-    const uint32_t u = uint32_t(code8<S>::encode(v.x * inv)) |
-                       (uint32_t(code8<S>::encode(v.y * inv)) << 8) |
-                       (uint32_t(code8<S>::encode(v.z * inv)) << 16) |
-                       (uint32_t(code8<S>::encode(v.w * inv)) << 24);
-    __stcs(reinterpret_cast<unsigned int*>(base + Tile::row(r) * row_stride + Tile::col()), u);
+    for (int r = 0; r < Tile::frags; ++r)
+      store_scaled_frag<Tile::lanes_per_row>(
+          tile.v[r], base + Tile::row(r) * row_stride + Tile::col(), scales + Tile::row(r));
   }
 }
 
