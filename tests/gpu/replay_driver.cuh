@@ -355,4 +355,16 @@ double run_split_vs_fused(Case& fused, Case& split, int nseq, int steps, uint64_
   return max_replay_diff;
 }
 
+/// One section of the "split decode step commits exactly as the fused step" test cases: two
+/// cases of one policy and shape (`args`: the case's constructor arguments), run_split_vs_fused
+/// over 24 sequences and max(4 K, 24) steps, then the replay rows' largest difference printed.
+template <class Case, class... Args>
+void check_split_vs_fused(const char* rule, const char* shape, uint64_t seed, Args... args) {
+  constexpr int K = Case::commit_interval;
+  Case fused(args...), split(args...);
+  const double d = run_split_vs_fused(fused, split, 24, std::max(4 * K, 24), seed);
+  std::printf("[%s split vs fused K=%d L=%d %s] replay rows max rel diff %.2e\n", rule, K, Case::L,
+              shape, d);
+}
+
 }  // namespace rtest

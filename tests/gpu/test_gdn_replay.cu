@@ -107,13 +107,9 @@ TEMPLATE_TEST_CASE("gated deltanet split decode step commits exactly as the fuse
                    gdn_kv_bf16_L16_K16, gdn_kv_bf16_L32_K16) {
   const uint64_t seed = rtest::fresh_seed();
   INFO("seed " << seed);
-  constexpr int K = TestType::commit_interval;
   for (const shape s : {qwen3_next, qwen35}) {
     SECTION(s.name) {
-      gdn_case<TestType> fused(s.Hk, s.Hv), split(s.Hk, s.Hv);
-      const double d = rtest::run_split_vs_fused(fused, split, 24, std::max(4 * K, 24), seed);
-      std::printf("[gdn split vs fused K=%d L=%d %s] replay rows max rel diff %.2e\n", K,
-                  TestType::buffer_len, s.name, d);
+      rtest::check_split_vs_fused<gdn_case<TestType>>("gdn", s.name, seed, s.Hk, s.Hv);
     }
   }
 }
