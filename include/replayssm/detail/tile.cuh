@@ -507,6 +507,12 @@ struct offset_rows_of : std::false_type {};
 template <class Tile>
 struct offset_rows_of<Tile, std::enable_if_t<Tile::offset_rows>> : std::true_type {};
 
+/// Four 8-bit codes (one 4-byte word, code 0 in the low byte) times their row's scale.
+template <class S>
+REPLAYSSM_DEVICE float4 scaled_codes4(uint32_t u, float sc) {
+  const float2 lo = code8<S>::decode2(u), hi = code8<S>::decode2(u >> 16);
+  return make_float4(lo.x * sc, lo.y * sc, hi.x * sc, hi.y * sc);
+}
 /// Loads a tile from an 8-bit copy: four codes (4 bytes) per fragment times the row's scale
 /// (`scales[i]`: tile row i).
 template <class Tile, class S>
@@ -523,18 +529,13 @@ REPLAYSSM_DEVICE void load_scaled(Tile& tile, const S* base, int64_t row_stride,
       sc[r] = sp[Tile::row_offset(r)];
     }
 #pragma unroll
-    for (int r = 0; r < Tile::frags; ++r) {
-      const float2 lo = code8<S>::decode2(u[r]), hi = code8<S>::decode2(u[r] >> 16);
-      tile.v[r] = make_float4(lo.x * sc[r], lo.y * sc[r], hi.x * sc[r], hi.y * sc[r]);
-    }
+    for (int r = 0; r < Tile::frags; ++r) tile.v[r] = scaled_codes4<S>(u[r], sc[r]);
   } else {
 #pragma unroll
     for (int r = 0; r < Tile::frags; ++r) {
       const uint32_t u = __ldcs(
           reinterpret_cast<const unsigned int*>(base + Tile::row(r) * row_stride + Tile::col()));
-      const float sc = scales[Tile::row(r)];
-      const float2 lo = code8<S>::decode2(u), hi = code8<S>::decode2(u >> 16);
-      tile.v[r] = make_float4(lo.x * sc, lo.y * sc, hi.x * sc, hi.y * sc);
+      tile.v[r] = scaled_codes4<S>(u, scales[Tile::row(r)]);
     }
   }
 }
