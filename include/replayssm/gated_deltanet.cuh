@@ -126,7 +126,7 @@ struct gdn_params {
   /// BufferLen <= 32) and the launch does not branch (`branch.ckpt_of` null): a kernel per
   /// (row, value head) runs the drafts' backward sweeps into it (@ref verify_workspace_elems
   /// floats), then a readout grid, launched with programmatic dependent launch, streams the
-  /// state and writes the outputs (rows that fold a window keep the fused path). A workspace
+  /// state and writes the outputs (rows that fold a window fold it there first). A workspace
   /// smaller than that is refused (bad_shape). H200, batch 256, Hv 64, T = 4: the round 590 us
   /// against 633 without a workspace (README "Speculative decoding"). The rule's default policy
   /// qualifies.

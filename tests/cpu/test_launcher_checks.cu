@@ -380,6 +380,27 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     p.workspace_size = 0;
     CHECK(verify_step<4>(p, nullptr).ok());
   }
+  SECTION("policies near the 48 KiB staging limit keep the split verification") {
+    // A folding row's window staging (mamba2_verify_readout) lives in storage the fused
+    // verification has already, or (16-bit window B as given) only where it fits: every policy
+    // whose fused verification compiles compiles here too, and the launch reaches the workspace
+    // check.
+    using l50 = replay_policy<rules::mamba2<64, 128, float>, 50, 16>;
+    using b57 = replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 57, 16>;
+    static_assert(sizeof(detail::mamba2_verify_readout<l50, 8>::shared_storage) ==
+                      sizeof(detail::mamba2_agent<l50, detail::op::verify, 8>::shared_storage),
+                  "fp32 inputs: the readout stages no more than the fused verification");
+    static_assert(!detail::mamba2_verify_readout<b57, 4>::copy_B,
+                  "16-bit inputs at BufferLen 57: window B through floats, as the fused path");
+    auto p = valid_mamba2<l50>();
+    p.spec.num_draft = fake_i;
+    p.workspace = reinterpret_cast<float*>(reinterpret_cast<char*>(fake_f) + 2);
+    p.workspace_size = p.verify_workspace_elems(p.rows.batch, p.ngroups, 8);
+    result r = verify_step<8>(p, nullptr);
+    INFO(r.message);
+    CHECK(r.code == status::misaligned_pointer);
+    CHECK(!verify_step<4>(mamba2_params<b57>{}, nullptr).ok());  // (compiles; no arrays given)
+  }
 }
 
 TEMPLATE_TEST_CASE("gated deltanet launcher checks report what is wrong", "[cpu][checks][gdn]",

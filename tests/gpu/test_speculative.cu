@@ -280,7 +280,7 @@ using gdn = replay_policy<rules::gated_deltanet<128, 128, float>, 32, 16>;
 using gdn_vk = replay_policy<rules::gated_deltanet<128, 128, float, state_layout::vk>, 17, 8>;
 // The rule's defaults (Tile 128 == head_v_dim, 128 threads, kv) with fp32 checkpoints: with a
 // workspace, verify_step runs the split verification (gdn_verify.cuh: sweep grid, then the
-// readout grid with PDL; rows that fold keep the fused path). `gdn` is one too.
+// readout grid with PDL; rows that fold do it in the readout: fold_row). `gdn` is one too.
 using gdn_sv_bf16 = replay_policy<rules::gated_deltanet<128, 128, __nv_bfloat16>, 24, 16>;
 static_assert(detail::gdn_verify_split_supported<gdn>::value &&
                   detail::gdn_verify_split_supported<gdn_sv_bf16>::value,

@@ -8,39 +8,45 @@
 // warps, PDL) against the library's fused verification's 626 us. Measured here (H200, v16,
 // bench_spec spec/gdn/Hv64_Hk16_ws, batch 256): verification at 15 buffered steps T = 2 / 4 / 8
 // 388 / 497 / 859 us against the fused 589 / 633 / 1340; rows that all fold 1065 / 1181 / 1832
-// against 1142 / 1151 / 1800 (the fold runs the fused path after the sweep grid).
+// against 1142 / 1151 / 1800 (then the fold ran the fused process_verify in the readout grid;
+// bench/experiments/gdn_verify_fold.md: the fold in the readout's structure).
 //
 // Two grids, the second launched with programmatic dependent launch (sm_90+):
-// 1. gdn_verify_sweep_kernel, one block of 128 threads per (value head hv, batch row b): for a
-//    row that does not fold (n < K buffered steps), it stages exactly what process_verify stages
-//    (the buffered steps' raw k and factors, g and beta of hv; the drafts' raw q and k, g and
-//    beta), computes the drafts' factors with gdn_step_factors (as draft_norms), normalises, and
-//    runs each draft's backward sweep with gdn_sweep (one warp per draft, `sweep(d, n + d + 1, n,
-//    path[d])` of the fused path), so that r_d and c_d are bit-identical to the fused path's.
+// 1. gdn_verify_sweep_kernel, one block of 128 threads per (value head hv, batch row b): it
+//    stages exactly what process_verify stages before its sweeps (for a row that does not fold,
+//    n < K buffered steps: the buffered steps' raw k and factors, g and beta of hv, then the
+//    drafts'; for a row that folds, n >= K: the drafts' alone, from step 0, as process_verify
+//    stages them after its fold: `base` = n or 0), computes the drafts' factors with
+//    gdn_step_factors (as draft_norms), normalises, and runs each draft's backward sweep with
+//    gdn_sweep (one warp per draft, `sweep(d, base + d + 1, base, path[d])` of the fused path), so
+//    that r_d and c_d are bit-identical to the fused path's.
 //    Workspace layout: `[batch][num_v_heads][MaxDraft][head_k_dim + BufferLen]` floats: r_d
-//    (head_k_dim), then c_d[j] for j <= n + d (0 off d's path; later positions not written).
+//    (head_k_dim), then c_d[j] for j <= base + d (0 off d's path; later positions not written).
 //    The blocks of a k head's first value head append the drafts' raw k and factors to the
-//    buffer (where process_verify appends them from).
+//    buffer at n + d (where process_verify appends them from, folding or not).
 // 2. gdn_verify_readout_kernel, one block of 128 threads per (value head hv, batch row b): the
 //    128 x 128 fp32 state tile (the fused agent's tile) is requested first, as run_item requests
-//    it; then a folding row (n >= K) runs the fused gdn_agent<Policy, op::verify,
-//    MaxDraft>::process_verify on it unchanged (its own cursor read, fold, arrival, cursor and
-//    every append; the sweep grid skipped the row). Otherwise: the v rows of the buffered steps
-//    and drafts, pdl_wait, r_d and c_d from the workspace (all requested together into shared
-//    memory, mostly by cp.async: no per-thread chains of dependent loads around the tile's 128
-//    registers), then per draft the fused path's own readout: o_d = tile.contract(r_d) +
-//    sum_{j <= n + d} c_d[j] v_j (same order), and the drafts' v, g, beta appended. The cursor does
-//    not move (as in the fused path for non-folding rows). Outputs and buffer end up bit-identical
-//    to the fused path's.
+//    it. A row that does not fold: the v rows of the buffered steps and drafts, pdl_wait, r_d and
+//    c_d from the workspace (all requested together into shared memory, mostly by cp.async: no
+//    per-thread chains of dependent loads around the tile's 128 registers), then per draft the
+//    fused path's own readout: o_d = tile.contract(r_d) + sum_{j <= n + d} c_d[j] v_j (same
+//    order), and the drafts' v, g, beta appended. The cursor does not move (as in the fused path
+//    for non-folding rows). A row that folds (`fold_row`): the window's k and v rows, g, beta and
+//    factors and the drafts' v, g, beta requested at once by cp.async, the window folded into
+//    the registers with the fused verification's direct form and arithmetic (`fold_step`: one
+//    barrier a step instead of three), the checkpoint stored, then pdl_wait and the drafts read
+//    against it at base 0 as above; the drafts' v, g, beta appended at n + d and the row's last
+//    block sets folded_cursor(n) (as process_verify). Checkpoint, outputs, buffer and cursor end
+//    up bit-identical to the fused path's.
 //
 // Races: the sweep grid reads every listed row's cursor and triggers only after that read passed
-// a block barrier (its blocks of folding rows exit, which counts as a trigger), so the readout
-// blocks that fold (and set their row's cursor at the end) start after every cursor read. The
-// sweep grid touches folding rows not at all; it writes buffer.k / kscale only at the drafts'
-// positions of non-folding rows, which no readout block reads; the readout reads the workspace
-// only after pdl_wait.
+// a block barrier, so the readout blocks that fold (and set their row's cursor at the end) start
+// after every cursor read. The sweep grid writes buffer.k / kscale only at the drafts' positions
+// n + d, which no readout block reads (a folding row reads its window, j < n); the readout reads
+// the workspace only after pdl_wait.
 #pragma once
 
+#include <cstddef>
 #include <replayssm/detail/gdn_agent.cuh>
 #include <replayssm/detail/validate.cuh>
 #include <type_traits>
@@ -85,7 +91,7 @@ struct gdn_verify_sweep {
     float qscale[MaxDraft];
     uint32_t path[MaxDraft];   // the drafts on each draft's path (bit k: draft k)
     int32_t parent[MaxDraft];  // trees: the drafts' parents (spec.parent of row b)
-    int n, nd;
+    int n, base, nd;           // base: where draft 0 is staged (n, or 0 for a row that folds)
   };
   static_assert(sizeof(shared_storage) <= 48 * 1024,
                 "gated_deltanet split verification: the sweep block stages BufferLen + MaxDraft "
@@ -115,41 +121,44 @@ struct gdn_verify_sweep {
       const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
       if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here
       s.n = n;
+      // A row that folds (n >= K): the readout grid folds its window into the checkpoint first
+      // and reads its drafts against the new one, so their sweeps run over the drafts alone,
+      // staged from step 0 (process_verify's after its fold).
+      s.base = n >= K ? 0 : n;
       s.nd = nd;
     }
     __syncthreads();
-    const int n = s.n, nd = s.nd;
-    // A folding row: the readout grid's fused path does it all (its blocks set the cursor at the
-    // end, which is why every cursor read of this grid precedes its trigger).
-    if (n >= K) return;
+    const int base = s.base, nd = s.nd;
+    // Every cursor read of this block passed the barrier: the readout grid's folding blocks,
+    // which set their row's cursor at the end, may start.
     pdl_trigger();
     const int64_t r0 = int64_t(b) * MaxDraft;
     {  // All rows requested at once: the buffered raw k (16-byte aligned, validated), the drafts'.
       staged_rows<NB, KD, NT, T> kq;
       strided_rows<MaxDraft, KD, NT, T> qd, kd;
-      kq.load(p.buffer.k + (slot * L * Hk + hk) * int64_t(KD), int64_t(Hk) * KD, n);
+      kq.load(p.buffer.k + (slot * L * Hk + hk) * int64_t(KD), int64_t(Hk) * KD, base);
       qd.load(p.in.q + r0 * p.in.q_batch_stride + hk * p.in.q_head_stride, p.in.q_batch_stride, nd);
       kd.load(p.in.k + r0 * p.in.k_batch_stride + hk * p.in.k_head_stride, p.in.k_batch_stride, nd);
       float gq = 0.f, bq = 0.f, kscq = 0.f;
       int32_t par = -1;
       const int j = threadIdx.x;
       if (p.spec.parent && j < nd) par = p.spec.parent[r0 + j];
-      if (j < n) {
+      if (j < base) {
         gq = p.buffer.g[(slot * L + j) * Hv + hv];
         bq = p.buffer.beta[(slot * L + j) * Hv + hv];
         kscq = p.buffer.kscale[(slot * L + j) * Hk + hk];
-      } else if (j < n + nd) {
-        gq = p.in.g[(r0 + j - n) * p.in.g_batch_stride + hv];
-        bq = p.in.beta[(r0 + j - n) * p.in.beta_batch_stride + hv];
+      } else if (j < base + nd) {
+        gq = p.in.g[(r0 + j - base) * p.in.g_batch_stride + hv];
+        bq = p.in.beta[(r0 + j - base) * p.in.beta_batch_stride + hv];
       }
-      kq.store(s.k, n);
-      kd.store(s.k + n, nd);
+      kq.store(s.k, base);
+      kd.store(s.k + base, nd);
       qd.store(s.q, nd);
-      if (j < n + nd) {
+      if (j < base + nd) {
         s.g[j] = gq;
         s.beta[j] = bq;
       }
-      if (j < n) s.ksc[j] = kscq;
+      if (j < base) s.ksc[j] = kscq;
       if (j < nd) s.parent[j] = par;
     }
     __syncthreads();
@@ -161,32 +170,33 @@ struct gdn_verify_sweep {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int d = warp; d < nd; d += NT / 32) {
       float qs, ks;
-      gdn_step_factors<KD>(p, s.q[d], s.k[n + d], qs, ks);
+      gdn_step_factors<KD>(p, s.q[d], s.k[base + d], qs, ks);
       if (lane == 0) {
         s.qscale[d] = qs;
-        s.ksc[n + d] = ks;
+        s.ksc[base + d] = ks;
       }
     }
     __syncthreads();
-    // Append the drafts' raw k and factors after the buffered steps (process_verify appends them
-    // from tile 0 of the k head's first value head: once per (row, k head)).
+    // Append the drafts' raw k and factors after the buffered (or folded) steps, at n + d
+    // (process_verify appends them from tile 0 of the k head's first value head: once per (row, k
+    // head)).
     if (hv % per_k == 0) {
+      const int64_t at = (slot * L + s.n) * Hk + hk;  // (step n, k head hk)
       for (int i = threadIdx.x; i < nd * KD; i += NT)
-        p.buffer.k[((slot * L + n + i / KD) * Hk + hk) * KD + i % KD] =
-            from_float<T>(s.k[n + i / KD][i % KD]);
-      if (int(threadIdx.x) < nd)
-        p.buffer.kscale[(slot * L + n + threadIdx.x) * Hk + hk] = s.ksc[n + threadIdx.x];
+        p.buffer.k[(at + (i / KD) * Hk) * KD + i % KD] = from_float<T>(s.k[base + i / KD][i % KD]);
+      if (int(threadIdx.x) < nd) p.buffer.kscale[at + threadIdx.x * Hk] = s.ksc[base + threadIdx.x];
     }
     __syncthreads();  // (the raw k is read above before it is normalised in place)
-    const int m = n + nd;
+    const int m = base + nd;
     for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
     for (int i = threadIdx.x; i < nd * KD; i += NT) s.q[i / KD][i % KD] *= s.qscale[i / KD];
     __syncthreads();
-    // Draft d's sweep over the buffered steps and the drafts on its path: r_d and c_d straight
-    // into the workspace (the fused path's sweep(d, n + d + 1, n, path[d])).
+    // Draft d's sweep over the buffered steps (none after a fold) and the drafts on its path: r_d
+    // and c_d straight into the workspace (the fused path's sweep(d, base + d + 1, base,
+    // path[d])).
     for (int d = warp; d < nd; d += NT / 32) {
       float* ws = p.workspace + ((int64_t(b) * Hv + hv) * MaxDraft + d) * (KD + L);
-      gdn_sweep<KD>(s.k, s.g, s.beta, s.q[d], ws, ws + KD, n + d + 1, n, s.path[d]);
+      gdn_sweep<KD>(s.k, s.g, s.beta, s.q[d], ws, ws + KD, base + d + 1, base, s.path[d]);
     }
   }
 };
@@ -216,14 +226,16 @@ struct gdn_verify_readout {
                 "gated_deltanet split verification: unsupported policy (see "
                 "gdn_verify_split_supported)");
   /// Resident blocks per SM the registers must allow: as the fused verification (3, 168
-  /// registers, up to 4 drafts; unbounded above).
+  /// registers, up to 4 drafts; unbounded above, where ptxas also settles at 168 for bf16 inputs
+  /// at MaxDraft 8 since folding rows run fold_row: 255 with process_verify).
   static constexpr int min_blocks_per_sm = fused::min_blocks_per_sm;
 
-  /// r_d into s.q[d] and c_d[j] (j <= n + d) into s.c[d], as the fused sweep leaves them there:
-  /// asynchronous 4-byte copies from the workspace (the sweep grid's words, unchanged), all in
-  /// flight at once. Call after pdl_wait; cp_async_wait_all and a barrier before use.
+  /// r_d into s.q[d] and c_d[j] (j <= base + d) into s.c[d], as the fused sweep leaves them
+  /// there (`base`: n, or 0 after a fold): asynchronous 4-byte copies from the workspace (the
+  /// sweep grid's words, unchanged), all in flight at once. Call after pdl_wait;
+  /// cp_async_wait_all and a barrier before use.
   static REPLAYSSM_DEVICE void copy_workspace(shared_storage& s, const params_t& p, int b, int hv,
-                                              int n, int nd) {
+                                              int base, int nd) {
     const float* ws = p.workspace + (int64_t(b) * p.num_v_heads + hv) * MaxDraft * (KD + L);
 #pragma unroll 1
     for (int i = threadIdx.x; i < nd * KD; i += NT)
@@ -231,8 +243,171 @@ struct gdn_verify_readout {
 #pragma unroll 1
     for (int i = threadIdx.x; i < nd * L; i += NT) {
       const int d = i / L, j = i % L;
-      if (j <= n + d) cp_async4(&s.c[d][j], ws + d * (KD + L) + KD + j);
+      if (j <= base + d) cp_async4(&s.c[d][j], ws + d * (KD + L) + KD + j);
     }
+  }
+
+  /// The fold's partial sums (contract_cols' two halves of 2 x 512 floats, alternating steps, so a
+  /// step needs one barrier): the last row of s.q, s.o, s.kh, s.u, then s.scratch, which lie
+  /// back to back in the fused agent's storage (asserted) and are free while a row folds (s.q and
+  /// s.o are written only after the barrier that ends the fold). So the readout's shared memory
+  /// stays the fused verification's (the scaled fold of decode doubles s.scratch instead).
+  static REPLAYSSM_DEVICE float* fold_scratch(shared_storage& s) { return &s.q[MaxDraft - 1][0]; }
+  static constexpr bool fold_scratch_contiguous =
+      offsetof(shared_storage, o) == offsetof(shared_storage, q) + sizeof(float) * MaxDraft * KD &&
+      offsetof(shared_storage, kh) == offsetof(shared_storage, o) + sizeof(float) * VT &&
+      offsetof(shared_storage, u) == offsetof(shared_storage, kh) + sizeof(float) * VT &&
+      offsetof(shared_storage, scratch) == offsetof(shared_storage, u) + sizeof(float) * VT;
+
+  /// Four consecutive elements of a staged row of T (16-byte aligned for fp32, 8-byte for
+  /// 16-bit types) as floats, exactly to_float of each.
+  static REPLAYSSM_DEVICE float4 load4(const T* e) {
+    if constexpr (std::is_same<T, float>::value) {
+      return *reinterpret_cast<const float4*>(e);
+    } else {
+      const uint2 w = *reinterpret_cast<const uint2*>(e);
+      return make_float4(bits_value<T>(w.x & 0xffffu), bits_value<T>(w.x >> 16),
+                         bits_value<T>(w.y & 0xffffu), bits_value<T>(w.y >> 16));
+    }
+  }
+
+  /// Step j of the window fold, with exactly gdn_agent::direct_step's arithmetic (h^T k by the
+  /// tile's reduction, summed over the warps in order; u_j = beta_j (v_j - alpha_j h^T k); then
+  /// h = alpha_j h + k_j u_j^T, per element fmaf(alpha_j, h, u * k)), so the folded checkpoint
+  /// is bit-identical to process_verify's; but each thread forms u for its own four columns
+  /// (contract_cols: the same sums in the same order as contract), so a step has one barrier
+  /// instead of three and no shared round trip for h^T k and u. `wv`: the window's v rows as
+  /// staged (type T).
+  static REPLAYSSM_DEVICE void fold_step(shared_storage& s, tile_t& tile, const T (*wv)[VT],
+                                         int j) {
+    static_assert(fold_scratch_contiguous && tile_t::scratch_floats == 4 * VT && KD == VT,
+                  "fold_step: the fold's scratch halves (fold_scratch) are 4 rows of 128 floats");
+    const float alpha = expf(s.g[j]);
+    const float4 kh = tile.contract_cols(s.k[j], fold_scratch(s), j & 1);  // h^T k, my columns
+    const int c = tile_t::col();
+    const float bj = s.beta[j];
+    const float4 vj = load4(&wv[j][c]);
+    const float4 u = make_float4(bj * (vj.x - alpha * kh.x), bj * (vj.y - alpha * kh.y),
+                                 bj * (vj.z - alpha * kh.z), bj * (vj.w - alpha * kh.w));
+    tile_t::for_rows(s.k[j], [&](int r, float kr) {  // rank1(alpha, k_j, u, 1)
+      tile.v[r] =
+          make_float4(fmaf(alpha, tile.v[r].x, u.x * kr), fmaf(alpha, tile.v[r].y, u.y * kr),
+                      fmaf(alpha, tile.v[r].z, u.z * kr), fmaf(alpha, tile.v[r].w, u.w * kr));
+    });
+  }
+
+  /// A row that folds (n >= K buffered steps), with the state tile requested: what
+  /// process_verify does for it, bit for bit (checkpoint, outputs, buffer, cursor), in the
+  /// readout's structure: every input requested at once (cp.async into shared memory, no
+  /// registers), the window folded in registers (fold_step), the checkpoint stored, then the
+  /// drafts read against it as a non-folding row at base 0 (their r_d and c_d from the sweep
+  /// grid, which swept them alone for this row), and the row's last block sets folded_cursor(n).
+  /// The drafts' k and factors were appended by the sweep grid. `nd`: num_draft[b] as read.
+  static REPLAYSSM_DEVICE void fold_row(shared_storage& s, const params_t& p, int b, int hv,
+                                        int64_t slot, int n, int nd, tile_t& tile) {
+    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
+    const int hk = hv / (Hv / Hk);
+    nd = draft_count<MaxDraft>(nd);
+    if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here: stay inside the buffer
+    const int64_t r0 = int64_t(b) * MaxDraft;
+    // Staging: the window's v rows j < n as given (type T) in `wv`, its raw k rows in `wk`; the
+    // drafts' v as floats in s.v[n + d] (where process_verify appends them from); g and beta of
+    // the window at j < n and of the drafts at n + d; the window's k factors in s.ksc. fp32
+    // inputs: wv = s.v, wk = s.k (normalised in place). 16-bit inputs: both in the storage of
+    // s.v below row n (v rows, then k rows: 2 n rows of T end where s.v[n] begins).
+    using row_t = T[VT];
+    static_assert(KD == VT, "the window's k and v rows share a row type");
+    static_assert(std::is_same<T, float>::value || sizeof(s.v) >= 2 * L * sizeof(row_t),
+                  "16-bit window rows fit below the drafts' v rows");
+    row_t* wv;
+    row_t* wk;
+    if constexpr (std::is_same<T, float>::value) {
+      wv = s.v;
+      wk = s.k;
+    } else {
+      wv = reinterpret_cast<row_t*>(&s.v[0][0]);
+      wk = wv + n;
+    }
+    {
+      constexpr int E = 16 / sizeof(T), C = VT / E;  // elements of a 16-byte chunk, chunks a row
+      static_assert(VT % E == 0, "the rows are whole 16-byte chunks");
+      const T* vbuf = p.buffer.v + (slot * L * Hv + hv) * int64_t(VD);  // (16-byte aligned)
+      const T* kbuf = p.buffer.k + (slot * L * Hk + hk) * int64_t(KD);
+#pragma unroll 1  // (issue only: nothing waits in between)
+      for (int c = threadIdx.x; c < n * C; c += NT) {
+        const int j = c / C, e = (c % C) * E;
+        cp_async16(&wv[j][e], vbuf + j * (int64_t(Hv) * VD) + e);
+        cp_async16(&wk[j][e], kbuf + j * (int64_t(Hk) * KD) + e);
+      }
+    }
+    if (int(threadIdx.x) < n) {
+      const int j = threadIdx.x;
+      cp_async4(&s.g[j], p.buffer.g + (slot * L + j) * Hv + hv);
+      cp_async4(&s.beta[j], p.buffer.beta + (slot * L + j) * Hv + hv);
+      cp_async4(&s.ksc[j], p.buffer.kscale + (slot * L + j) * Hk + hk);
+    }
+#pragma unroll 1
+    for (int i = threadIdx.x; i < nd; i += NT) {
+      cp_async4(&s.g[n + i], p.in.g + (r0 + i) * p.in.g_batch_stride + hv);
+      cp_async4(&s.beta[n + i], p.in.beta + (r0 + i) * p.in.beta_batch_stride + hv);
+    }
+    const T* vin = p.in.v + r0 * p.in.v_batch_stride + hv * p.in.v_head_stride;
+    if constexpr (std::is_same<T, float>::value) {
+#pragma unroll 1
+      for (int i = threadIdx.x; i < nd * VT; i += NT)
+        cp_async4(&s.v[n + i / VT][i % VT], vin + (i / VT) * p.in.v_batch_stride + i % VT);
+      cp_async_wait_all();
+    } else {  // (16-bit rows at any alignment: through registers, as the non-folding path)
+      strided_rows<MaxDraft, VT, NT, T> vd;
+      vd.load(vin, p.in.v_batch_stride, nd);
+      cp_async_wait_all();
+      vd.store(s.v + n, nd);
+    }
+    __syncthreads();
+    // The window's k normalised: process_verify stages to_float(raw k) and multiplies it by the
+    // factor in place (the same product, rounded once).
+    for (int i = threadIdx.x; i < n * KD; i += NT)
+      s.k[i / KD][i % KD] = to_float(wk[i / KD][i % KD]) * s.ksc[i / KD];
+    __syncthreads();
+#pragma unroll 1
+    for (int j = 0; j < n; ++j) fold_step(s, tile, wv, j);
+    __syncthreads();  // every step's partial sums read before s.q, s.o and s.scratch are reused
+    {  // The checkpoint, at an address the compiler cannot reuse from the tile's load: otherwise
+      // ptxas keeps the load's 64-bit addresses live across the fold and spills them ahead of the
+      // branch, on the non-folding path too (48-56 B at MaxDraft 2 and 4, bf16 inputs).
+      float* ckpt = fused::tile_ptr(p.state, slot, hv, 0);
+      asm volatile("" : "+l"(ckpt));
+      tile.store(ckpt, p.state.row_stride);
+    }
+    // The drafts at base 0: r_d and c_d (j <= d) from the workspace, then the fused path's own
+    // readout against the folded tile, v_j of draft j in s.v[n + j].
+    pdl_wait();  // the sweep grid has completed and its writes are visible
+    copy_workspace(s, p, b, hv, 0, nd);
+    cp_async_wait_all();
+    __syncthreads();
+    for (int d = 0; d < nd; ++d) {
+      tile.contract(s.q[d], s.o, s.scratch);  // (ends with a barrier)
+      if (threadIdx.x < VT) {
+        float o = s.o[threadIdx.x];
+        for (int j = 0; j <= d; ++j) o = fmaf(s.c[d][j], s.v[n + j][threadIdx.x], o);
+        const int64_t r = r0 + d;
+        p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
+            from_float<T>(o);
+      }
+      __syncthreads();  // the next draft reuses o
+    }
+    // Append the drafts' v, g and beta after the folded steps (as process_verify).
+    for (int i = threadIdx.x; i < nd * VT; i += NT)
+      p.buffer.v[((slot * L + n + i / VT) * Hv + hv) * VD + i % VT] =
+          from_float<T>(s.v[n + i / VT][i % VT]);
+    if (int(threadIdx.x) < nd) {
+      p.buffer.g[(slot * L + n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
+      p.buffer.beta[(slot * L + n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
+    }
+    // The row's last block to arrive sets the folded cursor (after every block of the row, and
+    // of the sweep grid, read the old one).
+    arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
+                          uint32_t(Hv) * fused::tiles_per_head, folded_cursor(n));
   }
 
   /// Row b, value head hv. Call from all threads.
@@ -244,12 +419,10 @@ struct gdn_verify_readout {
     tile_t tile;
     tile.load(fused::tile_ptr(p.state, slot, hv, 0), p.state.row_stride);
     const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
-    // The draft count: read-only, __ldg (ptxas issues it after the branch below all the same; a
-    // plain load, or this one placed after the branch, cost the fold path a 4-byte spill with
-    // 16-bit inputs at MaxDraft 2 and 4; the fold path reads its own).
+    // The draft count, for both paths (read-only: __ldg; ptxas requests it with the tile).
     int nd = __ldg(p.spec.num_draft + b);
-    if (n >= K) {  // a folding row: the fused verification, unchanged (the sweep grid skipped it)
-      fused{s}.process_verify(p, b, hv, 0, slot, tile, ckpt_slots{slot, slot});
+    if (n >= K) {  // a row that folds: process_verify's results in the readout's structure
+      fold_row(s, p, b, hv, slot, n, nd, tile);
       return;
     }
     const int Hv = p.num_v_heads;

@@ -180,7 +180,8 @@ struct mamba2_agent {
   }
   /// fold_window's coefficients: the first TR threads scale their x column of the first m staged
   /// steps by c_j in place; returns exp(A sum_j dt_j). Call from all threads; it passes one
-  /// block barrier (the split verification's fold uses it with its own tile layout).
+  /// block barrier (the split verification's readout computes the same c_j per thread,
+  /// mamba2_verify.cuh).
   REPLAYSSM_DEVICE float scale_window(int m, float A) {
     float later = 0.f;  // A * (sum of dt_i over the steps i > j)
     for (int j = m - 1; j >= 0; --j) {

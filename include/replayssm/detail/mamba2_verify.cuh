@@ -28,10 +28,14 @@
 //    lane & 3) rows 16 w + gi and 16 w + gi + 8, of each the 32 values at columns 16 i + 4 t +
 //    {0..3} (one 16-byte streaming load per (row, i)), requested first; then the buffered and
 //    the drafts' x rows, the drafts' C, dt and the path masks, all staged in shared memory as
-//    fp32 (requested together: one memory latency); a row that folds (n >= K) stages its
-//    window's B and x too, folds it into the registers as mamba2_agent::fold_window does (h
-//    scaled by exp(A sum dt), then one FMA per element and step, in step order) and stores them
-//    as the checkpoint, its drafts then at base 0. pdl_wait (with MaxDraft <= 4 right after the
+//    fp32 (requested together: one memory latency); a row that folds (n >= K) also requests its
+//    window's B and x as given by asynchronous copies (no registers held, in flight with the
+//    rest), takes c_j = dt_j exp(A sum_{i > j} dt_i) from thread j and exp(A sum dt) from thread
+//    0 (scale_window's arithmetic, per thread instead of one serial walk), folds the window into
+//    the registers as mamba2_agent::fold_window does (h scaled by exp(A sum dt), then one FMA
+//    of c_j x_j per element and step, in step order: the same bits) and stores them as the
+//    checkpoint, its drafts then at base 0 (their dt staged there before the first barrier, so
+//    the fold adds one barrier, not three). pdl_wait (with MaxDraft <= 4 right after the
 //    staging barrier, each warp then requesting its draft's dots before the G loop; otherwise
 //    after it); G_d[p] = h[p, :] . C_d by FMAs over the lane's values and two xor shuffles; the
 //    dots from the workspace turn into the weights and decays of mamba2_agent::decay_weights
@@ -168,12 +172,33 @@ struct mamba2_verify_readout {
   using fused = mamba2_agent<Policy, op::verify, MaxDraft>;  ///< folding rows, and the helpers
   using T = typename Policy::input_type;
   using params_t = mamba2_params<Policy>;
-  using shared_storage = typename fused::shared_storage;
   static constexpr int P = Policy::rule::headdim;
   static constexpr int N = Policy::rule::dstate;
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
   static constexpr int NT = mamba2_verify_readout_threads;
+  using bits_t = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;  ///< an input's bits
+  /// The fused agent's staging plus a folding row's window B as given (16-bit inputs).
+  struct window_bits_storage : fused::shared_storage {
+    alignas(16) bits_t Bw[L][N];
+  };
+  /// Whether a folding row's window B is copied as given: fp32 inputs into `B` itself, 16-bit
+  /// ones into `Bw` where that fits 48 KiB of static shared memory (else they are loaded and
+  /// stored as floats after the other loads, as before).
+  static constexpr bool copy_B =
+      sizeof(T) == 4 || sizeof(window_bits_storage) <= size_t(48) * 1024;
+  /// The fused agent's staging (with `Bw` where 16-bit window B are copied as given): a policy
+  /// whose fused verification fits fits here too. A folding row keeps its window's x as given
+  /// at the start of `x` (row j at element j P of `x` read as bits_t), below the drafts' x at
+  /// rows n + d; its window's dt at `dt[nd + j]`, after its drafts'; and c_j, with exp(A sum dt)
+  /// at L, in `z` (fold_coefs), which the readout does not use otherwise (its gates stay in
+  /// registers).
+  using shared_storage = std::conditional_t<sizeof(T) == 2 && copy_B, window_bits_storage,
+                                            typename fused::shared_storage>;
+  static_assert(sizeof(fused::shared_storage::z) >= sizeof(float) * (L + 1),
+                "mamba2 split verification: the gate rows' staging must hold BufferLen + 1 "
+                "floats (a folding row's c_j); lower BufferLen.");
+  static REPLAYSSM_DEVICE float* fold_coefs(shared_storage& s) { return &s.z[0][0]; }
   static constexpr int NB = K > 1 ? K - 1 : 1;  // buffered steps of a row that does not fold
   static constexpr int OPT = NT / P;            // threads per output row p (drafts split over)
   static constexpr int DPT = (MaxDraft + OPT - 1) / OPT;  // drafts (outputs) per thread
@@ -279,36 +304,88 @@ struct mamba2_verify_readout {
       if (int(threadIdx.x) < nd)
         dtd =
             to_float(p.in.dt[(r0 + threadIdx.x) * p.in.dt_batch_stride + h * p.in.dt_head_stride]);
-      if (fold) {  // the window's B and x (only the rows that fold wait for these)
-        stage_rows<L, N, NT>(s.B, p.buffer.B + (slot * L * G + g) * int64_t(N), int64_t(G) * N, n);
-        stage_rows<L, P, NT>(s.x, xsrc, int64_t(H) * P, n);
-      } else {
-        xq.store(s.x, n);
+      // A row that folds: its window's x and B as given, by 16-byte asynchronous copies
+      // (buffered rows: 16-byte aligned, validated), requested with the other loads and holding
+      // no register (held in registers, they spilled: v16; staged after the other loads had
+      // landed, they took one more memory latency).
+      if (fold) {
+        constexpr int ce = 16 / int(sizeof(T));  // elements per copy
+        constexpr int cb = N / ce, cx = P / ce;  // copies per B row, per x row
+        bits_t* const xw = reinterpret_cast<bits_t*>(&s.x[0][0]);
+        const T* const Bb = p.buffer.B + (slot * L * G + g) * int64_t(N);
+        if constexpr (copy_B) {
+          bits_t* Bw;
+          if constexpr (sizeof(T) == 2)
+            Bw = &s.Bw[0][0];
+          else
+            Bw = reinterpret_cast<bits_t*>(&s.B[0][0]);
+          for (int i = threadIdx.x; i < n * cb; i += NT) {
+            const int j = i / cb, e = (i % cb) * ce;
+            cp_async16(Bw + j * N + e, Bb + int64_t(j) * G * N + e);
+          }
+        }
+        for (int i = threadIdx.x; i < n * cx; i += NT) {
+          const int j = i / cx, e = (i % cx) * ce;
+          cp_async16(xw + j * P + e, xsrc + int64_t(j) * H * P + e);
+        }
       }
+      if (!fold) xq.store(s.x, n);  // (a folding row's window: copied above)
       xd.store(s.x + n);
       Cd.store(s.C);
-      if (int(threadIdx.x) < n) s.dt[threadIdx.x] = dtq;
+      if (int(threadIdx.x) < n) s.dt[(fold ? nd : 0) + threadIdx.x] = dtq;
       if (int(threadIdx.x) < nd) {
         dt_own = mamba2_step_dt(p, dtd, h);
         s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
-        if (!fold) s.dt[n + threadIdx.x] = dt_own;
+        s.dt[base + threadIdx.x] = dt_own;  // (a folding row's drafts: steps 0..nd-1)
       }
+      if constexpr (!copy_B) {  // (after the other stores: their registers are free by then)
+        if (fold) stage_rows<L, N, NT>(s.B, p.buffer.B + (slot * L * G + g) * int64_t(N),
+                                       int64_t(G) * N, n);
+      }
+      // (a folding row's copies of this thread, the barrier shows them; unconditional: behind
+      // `if (fold)` ptxas spilled a gate value at MaxDraft 8)
+      cp_async_wait_all();
     }
     __syncthreads();
     fused agent{s};
     if (fold) {
-      // 3. The window folded into the tile, as fold_window does it (h scaled by exp(A sum dt),
-      // then one FMA per element and step, steps in order), written back as the checkpoint;
-      // the drafts' dt then take positions 0..nd-1 (decay_weights reads s.dt[j]).
-      const float a = agent.scale_window(n, A);
+      // 3. The window folded into the tile as fold_window does it: 16-bit B as floats; c_j =
+      // dt_j exp(A sum_{i > j} dt_i) by thread j (its own walk over the later steps, in
+      // scale_window's order, so the same bits) and exp(A sum dt) by thread 0; then h scaled
+      // by it and one FMA per element and step, steps in order, with scale_window's c_j x_j
+      // (x as given times c_j); written back as the checkpoint. The drafts' dt are at 0..nd-1
+      // already (the window's after them), so no barrier follows.
+      if constexpr (sizeof(T) == 2 && copy_B) {
+        for (int i = threadIdx.x; i < n * (N / 4); i += NT) {
+          const int j = i / (N / 4), e = (i % (N / 4)) * 4;
+          const uint2 w = *reinterpret_cast<const uint2*>(&s.Bw[j][e]);
+          *reinterpret_cast<float4*>(&s.B[j][e]) =
+              make_float4(bits_value<T>(w.x & 0xffffu), bits_value<T>(w.x >> 16),
+                          bits_value<T>(w.y & 0xffffu), bits_value<T>(w.y >> 16));
+        }
+      }
+      float* const cs = fold_coefs(s);
+      if (int(threadIdx.x) < n) {
+        const float* const dtw = s.dt + nd;  // the window's dt
+        const int j = threadIdx.x;
+        float later = 0.f;  // A * (sum of dt_i over the steps i > j)
+        for (int i = n - 1; i > j; --i) later = fmaf(A, dtw[i], later);
+        const float dt = dtw[j];
+        cs[j] = dt * expf(later);
+        if (j == 0) cs[L] = expf(fmaf(A, dt, later));
+      }
+      __syncthreads();
+      const float a = cs[L];
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         h0[i] = make_float4(a * h0[i].x, a * h0[i].y, a * h0[i].z, a * h0[i].w);
         h1[i] = make_float4(a * h1[i].x, a * h1[i].y, a * h1[i].z, a * h1[i].w);
       }
+      const bits_t* const xw = reinterpret_cast<const bits_t*>(&s.x[0][0]) + 16 * warp + gi;
 #pragma unroll 1
       for (int j = 0; j < n; ++j) {
-        const float x0 = s.x[j][16 * warp + gi], x1 = s.x[j][16 * warp + gi + 8];
+        const float c = cs[j];
+        const float x0 = bits_value<T>(xw[j * P]) * c, x1 = bits_value<T>(xw[j * P + 8]) * c;
         const float* bj = s.B[j] + 4 * t;
 #pragma unroll
         for (int i = 0; i < V; ++i) {
@@ -322,9 +399,6 @@ struct mamba2_verify_readout {
         *reinterpret_cast<float4*>(row + 16 * i) = h0[i];
         *reinterpret_cast<float4*>(row8 + 16 * i) = h1[i];
       }
-      __syncthreads();  // every s.dt[j < n] read (scale_window)
-      if (int(threadIdx.x) < nd) s.dt[threadIdx.x] = dt_own;
-      __syncthreads();
     }
     // With a warp per draft (MaxDraft <= 4), each warp's dots (step j at lane j) are requested
     // now, so that their latency overlaps the G loop; the wait delays only the first wave of
