@@ -296,6 +296,40 @@ struct gdn_verify_readout {
     });
   }
 
+  /// The fused path's readout of the drafts against `tile`, then their appends (as
+  /// process_verify), for both kinds of row: draft d's output is r_d (s.q[d]) contracted with the
+  /// tile, then o = fmaf(c_d[j], v_j[v], o) for j = 0 .. base + d in order (c_d in s.c[d]), with
+  /// v_j[v] = to_float(vr[n - base + j][v]) (what the fused path stages in s.v: the same floats);
+  /// then draft d's v (vr[n + d], through float and back), g and beta (s.g and s.beta at n + d)
+  /// appended at buffer step n + d. `base`: the steps c_d weights before the drafts (n; 0 after a
+  /// fold, where c_d[j] weights draft j); `vr`: rows with draft d's v at n + d (after a fold s.v,
+  /// else the buffered steps' and the drafts' rows as given).
+  template <class V>
+  static REPLAYSSM_DEVICE void readout_drafts(shared_storage& s, const params_t& p, tile_t& tile,
+                                              int Hv, int hv, int64_t slot, int64_t r0, int n,
+                                              int base, int nd, const V (*vr)[VT]) {
+    for (int d = 0; d < nd; ++d) {
+      tile.contract(s.q[d], s.o, s.scratch);  // (ends with a barrier)
+      if (threadIdx.x < VT) {
+        float o = s.o[threadIdx.x];
+        for (int j = 0; j <= base + d; ++j)
+          o = fmaf(s.c[d][j], to_float(vr[n - base + j][threadIdx.x]), o);
+        const int64_t r = r0 + d;
+        p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
+            from_float<T>(o);
+      }
+      __syncthreads();  // the next draft reuses o
+    }
+    // Append the drafts' v, g and beta after the buffered (or folded) steps.
+    for (int i = threadIdx.x; i < nd * VT; i += NT)
+      p.buffer.v[((slot * L + n + i / VT) * Hv + hv) * VD + i % VT] =
+          from_float<T>(to_float(vr[n + i / VT][i % VT]));
+    if (int(threadIdx.x) < nd) {
+      p.buffer.g[(slot * L + n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
+      p.buffer.beta[(slot * L + n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
+    }
+  }
+
   /// A row that folds (n >= K buffered steps), with the state tile requested: what
   /// process_verify does for it, bit for bit (checkpoint, outputs, buffer, cursor), in the
   /// readout's structure: every input requested at once (cp.async into shared memory, no
@@ -385,25 +419,7 @@ struct gdn_verify_readout {
     copy_workspace(s, p, b, hv, 0, nd);
     cp_async_wait_all();
     __syncthreads();
-    for (int d = 0; d < nd; ++d) {
-      tile.contract(s.q[d], s.o, s.scratch);  // (ends with a barrier)
-      if (threadIdx.x < VT) {
-        float o = s.o[threadIdx.x];
-        for (int j = 0; j <= d; ++j) o = fmaf(s.c[d][j], s.v[n + j][threadIdx.x], o);
-        const int64_t r = r0 + d;
-        p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
-            from_float<T>(o);
-      }
-      __syncthreads();  // the next draft reuses o
-    }
-    // Append the drafts' v, g and beta after the folded steps (as process_verify).
-    for (int i = threadIdx.x; i < nd * VT; i += NT)
-      p.buffer.v[((slot * L + n + i / VT) * Hv + hv) * VD + i % VT] =
-          from_float<T>(s.v[n + i / VT][i % VT]);
-    if (int(threadIdx.x) < nd) {
-      p.buffer.g[(slot * L + n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
-      p.buffer.beta[(slot * L + n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
-    }
+    readout_drafts(s, p, tile, Hv, hv, slot, r0, n, 0, nd, s.v);
     // The row's last block to arrive sets the folded cursor (after every block of the row, and
     // of the sweep grid, read the old one).
     arrive_and_set_cursor(p.cursors.cursor, p.cursors.arrivals, slot,
@@ -477,26 +493,9 @@ struct gdn_verify_readout {
     cp_async_wait_all();
     __syncthreads();
     // The fused path's readout, draft by draft, with v_j[v] = to_float(vr[j][v]) (what the fused
-    // path stages in s.v: the same floats, the same order).
-    for (int d = 0; d < nd; ++d) {
-      tile.contract(s.q[d], s.o, s.scratch);  // (ends with a barrier)
-      if (threadIdx.x < VT) {
-        float o = s.o[threadIdx.x];
-        for (int j = 0; j <= n + d; ++j) o = fmaf(s.c[d][j], to_float(vr[j][threadIdx.x]), o);
-        const int64_t r = r0 + d;
-        p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
-            from_float<T>(o);
-      }
-      __syncthreads();  // the next draft reuses o
-    }
-    // Append the drafts' v, g and beta (exactly as the fused path: v through float and back).
-    for (int i = threadIdx.x; i < nd * VT; i += NT)
-      p.buffer.v[((slot * L + n + i / VT) * Hv + hv) * VD + i % VT] =
-          from_float<T>(to_float(vr[n + i / VT][i % VT]));
-    if (int(threadIdx.x) < nd) {
-      p.buffer.g[(slot * L + n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
-      p.buffer.beta[(slot * L + n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
-    }
+    // path stages in s.v: the same floats, the same order), and its appends (v through float and
+    // back, exactly as the fused path).
+    readout_drafts(s, p, tile, Hv, hv, slot, r0, n, n, nd, vr);
   }
 };
 
