@@ -185,8 +185,7 @@ struct mamba2_verify_readout {
   /// Whether a folding row's window B is copied as given: fp32 inputs into `B` itself, 16-bit
   /// ones into `Bw` where that fits 48 KiB of static shared memory (else they are loaded and
   /// stored as floats after the other loads, as before).
-  static constexpr bool copy_B =
-      sizeof(T) == 4 || sizeof(window_bits_storage) <= size_t(48) * 1024;
+  static constexpr bool copy_B = sizeof(T) == 4 || sizeof(window_bits_storage) <= size_t(48) * 1024;
   /// The fused agent's staging (with `Bw` where 16-bit window B are copied as given): a policy
   /// whose fused verification fits fits here too. A folding row keeps its window's x as given
   /// at the start of `x` (row j at element j P of `x` read as bits_t), below the drafts' x at
@@ -339,8 +338,9 @@ struct mamba2_verify_readout {
         s.dt[base + threadIdx.x] = dt_own;  // (a folding row's drafts: steps 0..nd-1)
       }
       if constexpr (!copy_B) {  // (after the other stores: their registers are free by then)
-        if (fold) stage_rows<L, N, NT>(s.B, p.buffer.B + (slot * L * G + g) * int64_t(N),
-                                       int64_t(G) * N, n);
+        if (fold)
+          stage_rows<L, N, NT>(s.B, p.buffer.B + (slot * L * G + g) * int64_t(N), int64_t(G) * N,
+                               n);
       }
       // (a folding row's copies of this thread, the barrier shows them; unconditional: behind
       // `if (fold)` ptxas spilled a gate value at MaxDraft 8)
