@@ -169,7 +169,7 @@ def main():
 
     rounds = defaultdict(dict)
     if args.spec and os.path.exists(args.spec):
-        _, spec_rows = load(args.spec)
+        spec_ctx, spec_rows = load(args.spec)
         for n, b in spec_rows.items():
             m = re.match(r"^spec/(\w+)/([^/]+)/T(\d+)/(replay|eager)_round", n)
             if m:
@@ -184,6 +184,9 @@ def main():
                 r["eager"] = base["eager"]
         lines.append("\n## Speculative rounds, batch 256, K = 16 unless the shape says _K<k> "
                      "(per round, random acceptance)\n")
+        lines.append(f"bench_spec: date {spec_ctx.get('date', '?')}, "
+                     f"commit {spec_ctx.get('replayssm_commit', '?')}; '% copy' against the "
+                     "decode run's copy ceiling above.\n")
         lines.append("| rule | shape | T | eager round us | replay round us | x eager | replay % copy |")
         lines.append("|---|---|---|---|---|---|---|")
         for (rule, shape, t), r in sorted(rounds.items()):
