@@ -306,8 +306,10 @@ using m2_bf16 = replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16>;
 // K 30: a draft's path holds up to 29 buffered steps + 4 drafts, more than the 32 steps of one
 // suffix-scan chunk (decay_weights' second chunk; the readout's prefetched dots cover the first).
 using m2_long = replay_policy<rules::mamba2<64, 128, float>, 37, 30>;
+using m2_f16 = replay_policy<rules::mamba2<64, 128, __half>, 24, 16>;
 static_assert(detail::mamba2_verify_split_supported<m2>::value &&
                   detail::mamba2_verify_split_supported<m2_bf16>::value &&
+                  detail::mamba2_verify_split_supported<m2_f16>::value &&
                   detail::mamba2_verify_split_supported<m2_long>::value &&
                   !detail::mamba2_verify_split_supported<m2_pair>::value &&
                   !detail::mamba2_verify_split_supported<m2_tiles>::value,
@@ -376,6 +378,37 @@ TEST_CASE("speculative rounds verify every draft position and accept the verifie
     c.use_workspace = true;
     run_spec_rounds<4>(c, rounds, rng);
   }
+  // The Mamba-2 split readout's draft layouts and group maps the sections above do not reach
+  // (bench/experiments/m2_readout_drafts_review.md): MaxDraft 3 (a warp with no draft), 2 and 1;
+  // fp16 inputs with one group per head; one group for all heads with every input one element
+  // off 16-byte alignment (the drafts' rows by the element-by-element paths).
+  SECTION("mamba2 bf16 inputs, split verification (workspace), drafts up to 3") {
+    rtest::mamba2_case<m2_bf16> c(32, 4, true);
+    c.use_workspace = true;
+    run_spec_rounds<3>(c, rounds, rng);
+  }
+  SECTION("mamba2 bf16 inputs, split verification (workspace), drafts up to 2") {
+    rtest::mamba2_case<m2_bf16> c(32, 4, true);
+    c.use_workspace = true;
+    run_spec_rounds<2>(c, rounds, rng);
+  }
+  SECTION("mamba2 bf16 inputs, split verification (workspace), drafts up to 1") {
+    rtest::mamba2_case<m2_bf16> c(32, 4, true);
+    c.use_workspace = true;
+    run_spec_rounds<1>(c, rounds, rng);
+  }
+  SECTION("mamba2 fp16 inputs, 8 heads 8 groups, split verification (workspace), drafts up to 4") {
+    rtest::mamba2_case<m2_f16> c(8, 8, true);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION(
+      "mamba2 8 heads 1 group, unaligned inputs, split verification (workspace), drafts up to 4") {
+    rtest::mamba2_case<m2> c(8, 1, true);
+    c.input_offset = 1;
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
 }
 
 TEST_CASE("token trees give every node its path output and the accepted path becomes the tail",
@@ -435,6 +468,11 @@ TEST_CASE("token trees give every node its path output and the accepted path bec
     rtest::mamba2_case<m2_bf16> c(32, 4, true);
     c.use_workspace = true;
     run_spec_rounds<4, true>(c, rounds, rng);
+  }
+  SECTION("mamba2 bf16 inputs, split verification (workspace), trees of up to 3 drafts") {
+    rtest::mamba2_case<m2_bf16> c(32, 4, true);
+    c.use_workspace = true;
+    run_spec_rounds<3, true>(c, rounds, rng);
   }
 }
 
