@@ -259,18 +259,6 @@ struct gdn_verify_readout {
       offsetof(shared_storage, u) == offsetof(shared_storage, kh) + sizeof(float) * VT &&
       offsetof(shared_storage, scratch) == offsetof(shared_storage, u) + sizeof(float) * VT;
 
-  /// Four consecutive elements of a staged row of T (16-byte aligned for fp32, 8-byte for
-  /// 16-bit types) as floats, exactly to_float of each.
-  static REPLAYSSM_DEVICE float4 load4(const T* e) {
-    if constexpr (std::is_same<T, float>::value) {
-      return *reinterpret_cast<const float4*>(e);
-    } else {
-      const uint2 w = *reinterpret_cast<const uint2*>(e);
-      return make_float4(bits_value<T>(w.x & 0xffffu), bits_value<T>(w.x >> 16),
-                         bits_value<T>(w.y & 0xffffu), bits_value<T>(w.y >> 16));
-    }
-  }
-
   /// Step j of the window fold, with exactly gdn_agent::direct_step's arithmetic (h^T k by the
   /// tile's reduction, summed over the warps in order; u_j = beta_j (v_j - alpha_j h^T k); then
   /// h = alpha_j h + k_j u_j^T, per element fmaf(alpha_j, h, u * k)), so the folded checkpoint
@@ -286,14 +274,10 @@ struct gdn_verify_readout {
     const float4 kh = tile.contract_cols(s.k[j], fold_scratch(s), j & 1);  // h^T k, my columns
     const int c = tile_t::col();
     const float bj = s.beta[j];
-    const float4 vj = load4(&wv[j][c]);
+    const float4 vj = value4_of<T>(&wv[j][c]);
     const float4 u = make_float4(bj * (vj.x - alpha * kh.x), bj * (vj.y - alpha * kh.y),
                                  bj * (vj.z - alpha * kh.z), bj * (vj.w - alpha * kh.w));
-    tile_t::for_rows(s.k[j], [&](int r, float kr) {  // rank1(alpha, k_j, u, 1)
-      tile.v[r] =
-          make_float4(fmaf(alpha, tile.v[r].x, u.x * kr), fmaf(alpha, tile.v[r].y, u.y * kr),
-                      fmaf(alpha, tile.v[r].z, u.z * kr), fmaf(alpha, tile.v[r].w, u.w * kr));
-    });
+    tile.rank1_cols(alpha, s.k[j], u);  // rank1(alpha, k_j, u, 1)
   }
 
   /// The fused path's readout of the drafts against `tile`, then their appends (as

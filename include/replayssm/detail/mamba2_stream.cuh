@@ -175,19 +175,6 @@ struct mamba2_stream_agent {
 
   shared_storage& s;
 
-  /// Four consecutive input values from their bits in shared memory (16-bit: one 8-byte read,
-  /// fp32: one 16-byte read; `u` aligned to it), as floats (frag_get of each).
-  static REPLAYSSM_DEVICE float4 value4_of(const bits_t* u) {
-    uint4 f;
-    if constexpr (sizeof(T) == 4) {
-      f = *reinterpret_cast<const uint4*>(u);
-    } else {
-      const uint2 w = *reinterpret_cast<const uint2*>(u);
-      f = make_uint4(w.x, w.y, 0u, 0u);
-    }
-    return make_float4(frag_get<T>(f, 0), frag_get<T>(f, 1), frag_get<T>(f, 2), frag_get<T>(f, 3));
-  }
-
   /// Whether the serving pool's pointer and strides keep every 16-byte fragment aligned (the
   /// launcher falls back to the split item kernel otherwise).
   static REPLAYSSM_HD bool fragments_aligned(const params_t& p) {
@@ -339,12 +326,12 @@ struct mamba2_stream_agent {
     for (int i = tid; i < m * (P / 4); i += NT) {
       const int j = i / (P / 4), e = (i - j * (P / 4)) * 4;
       const float c = cs.c[j];
-      const float4 x = value4_of(&cs.xr[j][e]);  // (x * c as scale_window's `x *= c`)
+      const float4 x = value4_of<T>(&cs.xr[j][e]);  // (x * c as scale_window's `x *= c`)
       *reinterpret_cast<float4*>(&cs.x[j][e]) = make_float4(x.x * c, x.y * c, x.z * c, x.w * c);
     }
     for (int i = tid; i < m * (N / 4); i += NT) {
       const int j = i / (N / 4), e = (i - j * (N / 4)) * 4;
-      *reinterpret_cast<float4*>(&cs.B[j][e]) = value4_of(&cs.Br[j][e]);
+      *reinterpret_cast<float4*>(&cs.B[j][e]) = value4_of<T>(&cs.Br[j][e]);
     }
     __syncthreads();
     slot_arrival arrival;
@@ -405,7 +392,7 @@ struct mamba2_stream_agent {
     // 7. The current step's output from the folded state: contract's per-fragment dot and
     // transposing sum, then D x_cur and the gate (as the fused path).
     {
-      const float4 c = value4_of(&cs.C[lane * 4]);
+      const float4 c = value4_of<T>(&cs.C[lane * 4]);
       float acc[R];
 #pragma unroll
       for (int k = 0; k < R; ++k)

@@ -358,10 +358,7 @@ struct mamba2_verify_readout {
       if constexpr (sizeof(T) == 2 && copy_B) {
         for (int i = threadIdx.x; i < n * (N / 4); i += NT) {
           const int j = i / (N / 4), e = (i % (N / 4)) * 4;
-          const uint2 w = *reinterpret_cast<const uint2*>(&s.Bw[j][e]);
-          *reinterpret_cast<float4*>(&s.B[j][e]) =
-              make_float4(bits_value<T>(w.x & 0xffffu), bits_value<T>(w.x >> 16),
-                          bits_value<T>(w.y & 0xffffu), bits_value<T>(w.y >> 16));
+          *reinterpret_cast<float4*>(&s.B[j][e]) = value4_of<T>(&s.Bw[j][e]);
         }
       }
       float* const cs = fold_coefs(s);

@@ -348,11 +348,16 @@ struct reduce_major_tile {
   }
   /// s(i, j) = a * s(i, j) + coef * keep[i] * red[j]; red and keep in shared memory.
   REPLAYSSM_DEVICE void rank1(float a, const float* red, const float* keep, float coef) {
-    float4 u = *reinterpret_cast<const float4*>(keep + col());
-    u = make_float4(u.x * coef, u.y * coef, u.z * coef, u.w * coef);
+    const float4 u = *reinterpret_cast<const float4*>(keep + col());
+    rank1_cols(a, red, make_float4(u.x * coef, u.y * coef, u.z * coef, u.w * coef));
+  }
+  /// rank1 with this thread's keep[col() .. col() + 3] * coef in `keep4` (as contract_cols
+  /// returns a thread's columns): s(i, j) = fmaf(a, s(i, j), keep4 * red[j]); red in shared
+  /// memory.
+  REPLAYSSM_DEVICE void rank1_cols(float a, const float* red, float4 keep4) {
     for_rows(red, [&](int r, float b) {
-      v[r] = make_float4(fmaf(a, v[r].x, u.x * b), fmaf(a, v[r].y, u.y * b),
-                         fmaf(a, v[r].z, u.z * b), fmaf(a, v[r].w, u.w * b));
+      v[r] = make_float4(fmaf(a, v[r].x, keep4.x * b), fmaf(a, v[r].y, keep4.y * b),
+                         fmaf(a, v[r].z, keep4.z * b), fmaf(a, v[r].w, keep4.w * b));
     });
   }
   /// s(i, j) += keep[i] * red[j]: one FMA per element; red and keep in shared memory.
@@ -498,6 +503,22 @@ REPLAYSSM_DEVICE void frag_set(uint4& u, int e, V v) {
     uint32_t& w = frag_word(u, e >> 1);
     w = (e & 1) ? ((w & 0xffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
   }
+}
+
+/// Four consecutive fp32, bf16 or fp16 values V from their bits (`u`: V itself or an integer
+/// type of its size; 16-bit: one 8-byte read, fp32: one 16-byte read, `u` aligned to it), as
+/// floats (frag_get of each: exact).
+template <class V, class U>
+REPLAYSSM_DEVICE float4 value4_of(const U* u) {
+  static_assert(sizeof(U) == sizeof(V) && sizeof(V) >= 2, "value4_of: U holds a V's bits");
+  uint4 f;
+  if constexpr (sizeof(V) == 4) {
+    f = *reinterpret_cast<const uint4*>(u);
+  } else {
+    const uint2 w = *reinterpret_cast<const uint2*>(u);
+    f = make_uint4(w.x, w.y, 0u, 0u);
+  }
+  return make_float4(frag_get<V>(f, 0), frag_get<V>(f, 1), frag_get<V>(f, 2), frag_get<V>(f, 3));
 }
 
 /// Whether load_scaled and store_scaled address a tile's fragments from row 0's by
