@@ -402,11 +402,26 @@ struct mamba2_verify_readout {
     // blocks, started while the coefficient grid still ran. (v16: T = 2 / 4 rounds -1.5% / -3%;
     // at T = 8 the extra registers spilled and it lost 1.5%, so there the wait stays below.)
     constexpr bool prefetch = MaxDraft <= NT / 32;
+    // With 3 or 4 drafts (two per thread), warp d's lanes take draft d's rows 2 lane and
+    // 2 lane + 1 in step 7 (one 8-byte x load and one weight per two FMAs), and their gate
+    // values (as given, converted in step 7) are requested here with the dots; otherwise thread
+    // (d0, r) takes its drafts d0, d0 + OPT, ... at row r (with at most 2 drafts that is one x
+    // load per FMA already; the two-row form spilled at MaxDraft 2).
+    constexpr bool warp_out = prefetch && DPT == 2;
     float w_pre = 0.f;
+    T zq[2] = {T(), T()};  // warp_out: the gate of rows 2 lane and 2 lane + 1 of draft `warp`
     if constexpr (prefetch) {
       pdl_wait();  // the coefficient grid has completed and its writes are visible
       const float* wp = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L) + warp * L;
       if (warp < nd && lane < base + nd) w_pre = wp[lane];
+      if constexpr (warp_out) {
+        if (p.in.z && warp < nd) {
+          const T* const zp =
+              p.in.z + (r0 + warp) * p.in.z_batch_stride + h * p.in.z_head_stride + 2 * lane;
+          zq[0] = zp[0];
+          zq[1] = zp[1];
+        }
+      }
     }
     // 4. G_d[p] = h[p, :] . C_d into s.y[d][p]: the lane's 32 values of each row, then the sum
     // over the 4 lanes t of its group (which together hold the row's 128 columns).
@@ -432,14 +447,17 @@ struct mamba2_verify_readout {
       if (t == 0) s.y[d][16 * warp + gi] = v0;
       if (t == 1) s.y[d][16 * warp + gi + 8] = v1;
     }
-    // 5. The gate rows and D, requested before the wait (the state registers are free now).
+    // 5. The gate rows and D, requested before the wait (the state registers are free now; with
+    // warp_out the gates were requested above).
     float zr[DPT];
+    if constexpr (!warp_out) {
 #pragma unroll
-    for (int k = 0; k < DPT; ++k) {
-      const int d = d0 + k * OPT;
-      zr[k] = (p.in.z && d < nd)
-                  ? to_float(p.in.z[(r0 + d) * p.in.z_batch_stride + h * p.in.z_head_stride + r])
-                  : 0.f;
+      for (int k = 0; k < DPT; ++k) {
+        const int d = d0 + k * OPT;
+        zr[k] = (p.in.z && d < nd)
+                    ? to_float(p.in.z[(r0 + d) * p.in.z_batch_stride + h * p.in.z_head_stride + r])
+                    : 0.f;
+      }
     }
     const float D = p.weights.D ? p.weights.D[h] : 0.f;
     // 6. The weights: w[d][j] = dots[d][j] dt_j exp(sum of A dt over the later steps on d's
@@ -459,22 +477,57 @@ struct mamba2_verify_readout {
       });
     }
     __syncthreads();
-    // 7. The outputs of this thread's drafts at row r (the fused order: the buffered steps, then
-    // the drafts; off-path weights are exactly 0), and their x appended.
+    // 7. The outputs of this thread's drafts (the fused order: the buffered steps, then the
+    // drafts; off-path weights are exactly 0), and their x appended.
     const float(*xs)[P] = s.x + (n - base);  // step j's x: the drafts sit at n + d
+    if constexpr (warp_out) {
+      // Warp d, draft d (the warp that computed its weights), lane rows 2 lane and 2 lane + 1:
+      // per output, the arithmetic of the loop below in its order (the same bits).
+      if (warp < nd) {
+        const int d = warp, r2 = 2 * lane;
+        const float dec = s.decay[d];
+        const float2 gv = *reinterpret_cast<const float2*>(&s.y[d][r2]);
+        float y0 = dec * gv.x, y1 = dec * gv.y;
+        const float* const w = s.w[d];
+        const float* const xj = &xs[0][r2];
+#pragma unroll 4
+        for (int j = 0; j < m; ++j) {
+          const float wj = w[j];
+          const float2 xv = *reinterpret_cast<const float2*>(xj + j * P);
+          y0 = fmaf(wj, xv.x, y0);
+          y1 = fmaf(wj, xv.y, y1);
+        }
+        const float2 xo = *reinterpret_cast<const float2*>(&s.x[n + d][r2]);  // draft d's x
+        if (p.weights.D) {
+          y0 = fmaf(D, xo.x, y0);
+          y1 = fmaf(D, xo.y, y1);
+        }
+        if (p.in.z) {
+          y0 *= silu(to_float(zq[0]));
+          y1 *= silu(to_float(zq[1]));
+        }
+        T* const o = p.in.out + (r0 + d) * p.in.out_batch_stride + h * p.in.out_head_stride + r2;
+        o[0] = from_float<T>(y0);
+        o[1] = from_float<T>(y1);
+        T* const xa = p.buffer.x + ((slot * L + n + d) * H + h) * int64_t(P) + r2;
+        xa[0] = from_float<T>(xo.x);
+        xa[1] = from_float<T>(xo.y);
+      }
+    } else {
 #pragma unroll
-    for (int k = 0; k < DPT; ++k) {
-      const int d = d0 + k * OPT;
-      if (d < nd) {
-        float y = s.decay[d] * s.y[d][r];
-        const float* w = s.w[d];
-        for (int j = 0; j < m; ++j) y = fmaf(w[j], xs[j][r], y);
-        const float x_own = s.x[n + d][r];  // x of draft d (the skip term and the append)
-        if (p.weights.D) y = fmaf(D, x_own, y);
-        if (p.in.z) y *= silu(zr[k]);
-        p.in.out[(r0 + d) * p.in.out_batch_stride + h * p.in.out_head_stride + r] =
-            from_float<T>(y);
-        p.buffer.x[((slot * L + n + d) * H + h) * int64_t(P) + r] = from_float<T>(x_own);
+      for (int k = 0; k < DPT; ++k) {
+        const int d = d0 + k * OPT;
+        if (d < nd) {
+          float y = s.decay[d] * s.y[d][r];
+          const float* w = s.w[d];
+          for (int j = 0; j < m; ++j) y = fmaf(w[j], xs[j][r], y);
+          const float x_own = s.x[n + d][r];  // x of draft d (the skip term and the append)
+          if (p.weights.D) y = fmaf(D, x_own, y);
+          if (p.in.z) y *= silu(zr[k]);
+          p.in.out[(r0 + d) * p.in.out_batch_stride + h * p.in.out_head_stride + r] =
+              from_float<T>(y);
+          p.buffer.x[((slot * L + n + d) * H + h) * int64_t(P) + r] = from_float<T>(x_own);
+        }
       }
     }
     if (int(threadIdx.x) < nd) p.buffer.dt[(slot * L + n + threadIdx.x) * H + h] = dt_own;
