@@ -292,16 +292,29 @@ struct gdn_verify_readout {
   static REPLAYSSM_DEVICE void readout_drafts(shared_storage& s, const params_t& p, tile_t& tile,
                                               int Hv, int hv, int64_t slot, int64_t r0, int n,
                                               int base, int nd, const V (*vr)[VT]) {
+    // Up to 4 drafts, this thread's output element is addressed once and stepped by a row per
+    // draft: formed per draft, ptxas re-read b (S2UR), the row stride (LDC) and tid (S2R)
+    // inside the draft loop and formed the address after the c-term sum, on each draft's path
+    // to its barrier (since the fold moved into fold_row: bench/experiments/
+    // gdn_nofold_restore.md). At MaxDraft 8 the stepped pointer takes 175 registers (2 blocks
+    // per SM), so it keeps the per-draft form (168).
+    constexpr bool step_out = MaxDraft <= 4;
+    T* out = p.in.out + r0 * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x;
     for (int d = 0; d < nd; ++d) {
       tile.contract(s.q[d], s.o, s.scratch);  // (ends with a barrier)
       if (threadIdx.x < VT) {
         float o = s.o[threadIdx.x];
         for (int j = 0; j <= base + d; ++j)
           o = fmaf(s.c[d][j], to_float(vr[n - base + j][threadIdx.x]), o);
-        const int64_t r = r0 + d;
-        p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
-            from_float<T>(o);
+        if constexpr (step_out) {
+          *out = from_float<T>(o);
+        } else {
+          const int64_t r = r0 + d;
+          p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
+              from_float<T>(o);
+        }
       }
+      if constexpr (step_out) out += p.in.out_batch_stride;
       __syncthreads();  // the next draft reuses o
     }
     // Append the drafts' v, g and beta after the buffered (or folded) steps.
