@@ -233,7 +233,8 @@ result launch_mamba2(const mamba2_params<Policy>& p, const state_pool_ref& other
               "the floats allocated at workspace, or pass no workspace)");
           !r)
         return r;
-      if (p.rows.batch >= p.split_min_batch)
+      // (The readout grid is (H / G, G, batch): more than 65535 groups keep the fused path.)
+      if (p.rows.batch >= p.split_min_batch && p.ngroups <= 65535)
         return launch_mamba2_verify_split<Policy, MaxDraft>(p, stream);
     }
   }

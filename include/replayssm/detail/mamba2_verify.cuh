@@ -22,8 +22,9 @@
 //    with exactly the fused replay_dots' arithmetic; and the drafts' B rows appended to the
 //    buffer (once per (row, group), where the fused path appends them from a group's first head).
 //    Workspace layout: `[batch][ngroups][MaxDraft][BufferLen]` floats.
-// 2. mamba2_verify_readout_kernel, one block of 128 threads per (head h, batch row b) whatever
-//    the policy's BlockThreads, at 4 blocks per SM: the block holds its whole 64 x 128 fp32
+// 2. mamba2_verify_readout_kernel, one block of 128 threads per (head h, batch row b) (grid
+//    (H / G, G, batch): h = g H / G + blockIdx.x, no division) whatever the policy's
+//    BlockThreads, at 4 blocks per SM: the block holds its whole 64 x 128 fp32
 //    state tile in registers, warp w rows 16 w .. 16 w + 15, lane (gi, t) = (lane >> 2,
 //    lane & 3) rows 16 w + gi and 16 w + gi + 8, of each the 32 values at columns 16 i + 4 t +
 //    {0..3} (one 16-byte streaming load per (row, i)), requested first; then the buffered and
@@ -248,26 +249,72 @@ struct mamba2_verify_readout {
     }
   };
 
-  /// Block (b, h). Call from all threads.
-  static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int h) {
+  /// The buffered x rows [0, rows) (rows <= NB; 16-byte aligned, validated): staged_rows<NB, P,
+  /// NT, T>'s elements (16-byte chunk c = threadIdx.x + it NT at row c / cpr), with unsigned
+  /// index math (a shift and a mask per chunk, one 32 x 64-bit product) and, for bf16, each
+  /// word's two values widened by a shift and a mask (the conversion is exact: the same bits).
+  /// (Not staged_rows itself: given this form, with decay_weights' single chunk in the agent,
+  /// every kernel staging rows changed, and some lost 6-16%: bench/experiments/
+  /// staged_rows_unsigned.patch.)
+  struct buffered_x {
+    static constexpr int vec = 16 / int(sizeof(T));
+    static constexpr int cpr = P / vec;  // chunks per row
+    static_assert(P % vec == 0, "buffered_x: whole 16-byte chunks per row");
+    static constexpr int iters = (NB * cpr + NT - 1) / NT;
+    uint4 v[iters];
+    REPLAYSSM_DEVICE void load(const T* src, int64_t stride, int rows) {
+#pragma unroll
+      for (int it = 0; it < iters; ++it) {
+        const unsigned c = threadIdx.x + unsigned(it * NT);
+        if (c < unsigned(rows * cpr))
+          v[it] = __ldg(reinterpret_cast<const uint4*>(src + int64_t(c / cpr) * stride) + c % cpr);
+      }
+    }
+    REPLAYSSM_DEVICE void store(float (*dst)[P], int rows) const {
+#pragma unroll
+      for (int it = 0; it < iters; ++it) {
+        const unsigned c = threadIdx.x + unsigned(it * NT);
+        if (c < unsigned(rows * cpr)) {
+          float* d = &dst[c / cpr][(c % cpr) * vec];
+          if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+            const uint32_t w[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
+#pragma unroll
+            for (int k = 0; k < 4; k += 2)
+              *reinterpret_cast<float4*>(d + 2 * k) = make_float4(
+                  __uint_as_float(w[k] << 16), __uint_as_float(w[k] & 0xffff0000u),
+                  __uint_as_float(w[k + 1] << 16), __uint_as_float(w[k + 1] & 0xffff0000u));
+          } else {
+            const T* e = reinterpret_cast<const T*>(&v[it]);
+#pragma unroll
+            for (int k = 0; k < vec; ++k) d[k] = to_float(e[k]);
+          }
+        }
+      }
+    }
+  };
+
+  /// Block (b, h) of group g. Call from all threads.
+  static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, unsigned b, unsigned h,
+                                   unsigned g) {
     const int64_t slot = fused::slot_of(p, b);
     if (slot == p.rows.null_slot) return;
-    readout(s, p, b, h, slot, buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]));
+    readout(s, p, b, h, g, slot, buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]));
   }
 
   /// Row b's outputs at head h, folding its window first when n >= K (see the file comment).
   /// Call from all threads.
-  static REPLAYSSM_DEVICE void readout(shared_storage& s, const params_t& p, int b, int h,
-                                       int64_t slot, int n) {
+  static REPLAYSSM_DEVICE void readout(shared_storage& s, const params_t& p, unsigned b_,
+                                       unsigned h_, unsigned g_, int64_t slot, int n) {
+    // Row, head and group as 64-bit values known to be non-negative (block indices): their
+    // products with the 64-bit strides need no sign extension.
+    const int64_t b = b_, h = h_, g = g_;
     const int H = p.nheads, G = p.ngroups;
-    // (h / (H / G) for the validated H, G > 0 and h >= 0: the unsigned division is the same.)
-    const int g = int(unsigned(h) / (unsigned(H) / unsigned(G)));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gi = lane >> 2, t = lane & 3;
     const bool fold = n >= K;
     // 1. The state tile: rows 16 warp + gi (h0) and + 8 (h1), columns 16 i + 4 t + {0..3}.
-    float* const row =
-        fused::tile_ptr(p.state, slot, h, 0) + int64_t(16 * warp + gi) * p.state.row_stride + 4 * t;
+    float* const row = fused::tile_ptr(p.state, slot, int(h), 0) +
+                       int64_t(16 * warp + gi) * p.state.row_stride + 4 * t;
     float* const row8 = row + 8 * p.state.row_stride;
     float4 h0[V], h1[V];
 #pragma unroll
@@ -285,13 +332,13 @@ struct mamba2_verify_readout {
     const int base = fold ? 0 : n;  // the drafts' first step index in the weights
     const int r = threadIdx.x % P;
     const int d0 = threadIdx.x / P;  // this thread's drafts: d0, d0 + OPT, ...
-    const int64_t r0 = int64_t(b) * MaxDraft;
+    const int64_t r0 = b * MaxDraft;
     const float A = p.weights.A[h];
     float dt_own = 0.f;  // thread d < nd: draft d's dt after bias and softplus
     {
       const int64_t sh = slot * L * H + h;  // (slot, step 0, head h) of the buffer
       const T* xsrc = p.buffer.x + sh * int64_t(P);
-      staged_rows<NB, P, NT, T> xq;  // a row that does not fold: its buffered x, first
+      buffered_x xq;  // a row that does not fold: its buffered x, first
       if (!fold) xq.load(xsrc, int64_t(H) * P, n);
       draft_rows<P> xd;  // (strided_rows' elements, hoisted index math)
       xd.load(p.in.x + r0 * p.in.x_batch_stride + h * p.in.x_head_stride, p.in.x_batch_stride, nd);
@@ -333,8 +380,8 @@ struct mamba2_verify_readout {
       Cd.store(s.C);
       if (int(threadIdx.x) < n) s.dt[(fold ? nd : 0) + threadIdx.x] = dtq;
       if (int(threadIdx.x) < nd) {
-        dt_own = mamba2_step_dt(p, dtd, h);
-        s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, b, threadIdx.x);
+        dt_own = mamba2_step_dt(p, dtd, int(h));
+        s.path[threadIdx.x] = draft_path<MaxDraft>(p.spec, int(b), threadIdx.x);
         s.dt[base + threadIdx.x] = dt_own;  // (a folding row's drafts: steps 0..nd-1)
       }
       if constexpr (!copy_B) {  // (after the other stores: their registers are free by then)
@@ -468,13 +515,36 @@ struct mamba2_verify_readout {
     const float* ws = p.workspace + (int64_t(b) * G + g) * (int64_t(MaxDraft) * L);
     for (int d = warp; d < nd; d += NT / 32) {
       const float* wd = ws + d * L;
-      auto on = [&](int j) { return j < base || ((s.path[d] >> (j - base)) & 1u); };
-      // Off-path steps: exactly 0 as replay_dots leaves them (not 0 * dt, NaN for a sibling's
-      // non-finite dt). decay_weights asks lane j for step j (then j + 32, ...): the prefetched
-      // dot where it is this warp's first draft.
-      agent.decay_weights(d, m, A, on, [&](int j) {
-        return on(j) ? (prefetch && j == lane ? w_pre : wd[j]) * s.dt[j] : 0.f;
-      });
+      if constexpr (L <= 32) {
+        // One chunk (m <= L <= 32): decay_weights' arithmetic for its single trip, lane j at
+        // step j, with the path mask and dt read once (the same bits: its carry is 0 there,
+        // and x + 0 differs from x only for x = -0, where expf gives 1 all the same).
+        const uint32_t path = s.path[d];
+        const bool on = lane < m && (lane < base || ((path >> (lane - base)) & 1u));
+        const float dt = on ? s.dt[lane] : 0.f;
+        const float la = on ? A * dt : 0.f;
+        float incl = la;  // sum over the steps i >= lane
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const float o = __shfl_down_sync(0xffffffffu, incl, off);
+          if (lane + off < 32) incl += o;
+        }
+        // Off-path steps: exactly 0 as replay_dots leaves them (not 0 * dt, NaN for a
+        // sibling's non-finite dt). With prefetch (MaxDraft <= 4) d is this warp: its dot is
+        // the prefetched one.
+        const float bj = on ? (prefetch ? w_pre : wd[lane]) * dt : 0.f;
+        if (lane < m) s.w[d][lane] = bj * expf(incl - la);
+        const float total = __shfl_sync(0xffffffffu, incl, 0);
+        if (lane == 0) s.decay[d] = expf(total);
+      } else {
+        auto on = [&](int j) { return j < base || ((s.path[d] >> (j - base)) & 1u); };
+        // Off-path steps: exactly 0 as replay_dots leaves them (not 0 * dt, NaN for a sibling's
+        // non-finite dt). decay_weights asks lane j for step j (then j + 32, ...): the
+        // prefetched dot where it is this warp's first draft.
+        agent.decay_weights(d, m, A, on, [&](int j) {
+          return on(j) ? (prefetch && j == lane ? w_pre : wd[j]) * s.dt[j] : 0.f;
+        });
+      }
     }
     __syncthreads();
     // 7. The outputs of this thread's drafts (the fused order: the buffered steps, then the
@@ -547,7 +617,9 @@ REPLAYSSM_KERNEL void __launch_bounds__(mamba2_verify_readout_threads, 4)
                 "ReplaySSM: the verification block's staging exceeds 48 KiB of static shared "
                 "memory; lower BufferLen or MaxDraft.");
   __shared__ typename readout::shared_storage smem;
-  readout::run(smem, p, int(blockIdx.y), int(blockIdx.x));
+  // Grid (H / G, G, batch): head h = g (H / G) + blockIdx.x of group g = blockIdx.y, so no
+  // division (the blocks' linear order h + H b is that of the former (H, batch) grid).
+  readout::run(smem, p, blockIdx.z, blockIdx.y * gridDim.x + blockIdx.x, blockIdx.y);
 }
 
 /// The split verification for validated params (workspace checked): the coefficient grid, then
@@ -560,12 +632,13 @@ result launch_mamba2_verify_split(const mamba2_params<Policy>& p, cudaStream_t s
   mamba2_verify_coef_kernel<Policy, MaxDraft><<<dim3(unsigned(p.ngroups), unsigned(p.rows.batch)),
                                                 mamba2_verify_coef_threads, 0, stream>>>(p);
   if (auto r = check_launch(); !r) return r;
-  return launch_dependent(mamba2_verify_readout_kernel<Policy, MaxDraft>,
-                          dim3(unsigned(p.nheads), unsigned(p.rows.batch)),
-                          mamba2_verify_readout_threads, stream,
-                          "the split verification's readout launch failed (cudaLaunchKernelEx "
-                          "with programmatic stream serialization)",
-                          p);
+  return launch_dependent(
+      mamba2_verify_readout_kernel<Policy, MaxDraft>,
+      dim3(unsigned(p.nheads / p.ngroups), unsigned(p.ngroups), unsigned(p.rows.batch)),
+      mamba2_verify_readout_threads, stream,
+      "the split verification's readout launch failed (cudaLaunchKernelEx "
+      "with programmatic stream serialization)",
+      p);
 }
 
 }  // namespace detail
