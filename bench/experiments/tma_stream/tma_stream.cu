@@ -19,10 +19,11 @@
 //              mbarrier; all threads wait on the stage, read their 64 values from shared memory
 //              (conflict-free: a quarter warp reads 128 contiguous bytes), dot them with C and
 //              reduce 4 rows per lane by a transposing sum (4 shuffles per draft)
+// (floor, reg and the float64 check of the dots: readout_model.cuh, shared with prefetch_stream.cu)
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/experiments/tma_stream/tma_stream.cu -o tma_stream
 #include <cuda_runtime.h>
 
-#include "common.cuh"
+#include "readout_model.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -36,67 +37,7 @@
 
 namespace {
 
-constexpr int B = 256, H = 128, P = 64, N = 128, G = 8;
-constexpr int64_t tile = int64_t(P) * N;  // floats per (slot, head)
-constexpr int64_t set_elems = int64_t(B) * H * tile;
-constexpr int num_sets = 2;
-
-
-// ---------------------------------------------------------------- floor
-constexpr int floor_threads = 256;
-__global__ void __launch_bounds__(floor_threads) floor_kernel(const float* state, float* sink) {
-  constexpr int per = int(tile) / 4 / floor_threads;
-  const float4* p = reinterpret_cast<const float4*>(state + int64_t(blockIdx.x) * tile) + threadIdx.x;
-  float4 v[per];
-#pragma unroll
-  for (int i = 0; i < per; ++i) v[i] = __ldcs(p + i * floor_threads);
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < per; ++i) s += v[i].x + v[i].y + v[i].z + v[i].w;
-  if (s == 12345.678f) sink[blockIdx.x] = s;  // never true for these inputs; keeps the loads
-}
-
-// ---------------------------------------------------------------- register tile (library shape)
-template <int T>
-__global__ void __launch_bounds__(128, 4)
-    reg_kernel(const float* state, const int* slot_idx, const float* C, const float* scale,
-               float* out) {
-  __shared__ alignas(16) float sC[T][N];
-  const int h = blockIdx.x, b = blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-  const int64_t slot = slot_idx[b];
-  const float* row = state + (slot * H + h) * tile + (16 * warp + gi) * N + 4 * t;
-  float4 h0[8], h1[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
-    h1[i] = __ldcs(reinterpret_cast<const float4*>(row + 8 * N + 16 * i));
-  }
-  const int g = h / (H / G);
-  for (int i = threadIdx.x; i < T * N / 4; i += 128) {
-    const int d = i / (N / 4), c = i % (N / 4);
-    reinterpret_cast<float4*>(sC[d])[c] =
-        __ldg(reinterpret_cast<const float4*>(C + ((int64_t(b) * T + d) * G + g) * N) + c);
-  }
-  const float sc = scale[h];
-  __syncthreads();
-  for (int d = 0; d < T; ++d) {
-    float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float4 c = *reinterpret_cast<const float4*>(&sC[d][16 * i + 4 * t]);
-      a0 = fmaf(h0[i].x, c.x, fmaf(h0[i].y, c.y, fmaf(h0[i].z, c.z, fmaf(h0[i].w, c.w, a0))));
-      a1 = fmaf(h1[i].x, c.x, fmaf(h1[i].y, c.y, fmaf(h1[i].z, c.z, fmaf(h1[i].w, c.w, a1))));
-    }
-    a0 += __shfl_xor_sync(0xffffffffu, a0, 1);
-    a1 += __shfl_xor_sync(0xffffffffu, a1, 1);
-    a0 += __shfl_xor_sync(0xffffffffu, a0, 2);
-    a1 += __shfl_xor_sync(0xffffffffu, a1, 2);
-    float* o = out + ((int64_t(b) * T + d) * H + h) * P + 16 * warp + gi;
-    if (t == 0) o[0] = sc * a0;
-    if (t == 1) o[8] = sc * a1;
-  }
-}
+using namespace model;
 
 // ---------------------------------------------------------------- bulk-copy stream
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -356,30 +297,7 @@ struct data {
 
 template <int T>
 double check(const data& d, int set) {
-  std::vector<float> out(size_t(B) * T * H * P), C(size_t(B) * T * G * N), sc(H);
-  CHECK(cudaMemcpy(out.data(), d.out, out.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(C.data(), d.C, C.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(sc.data(), d.scale, H * 4, cudaMemcpyDeviceToHost));
-  std::mt19937 rng(5);
-  double worst = 0;
-  std::vector<float> tl(tile);
-  for (int k = 0; k < 48; ++k) {
-    const int b = rng() % B, h = rng() % H, g = h / (H / G);
-    const float* src = d.state + int64_t(set) * set_elems + (int64_t(d.slots[b]) * H + h) * tile;
-    CHECK(cudaMemcpy(tl.data(), src, tile * 4, cudaMemcpyDeviceToHost));
-    for (int dd = 0; dd < T; ++dd)
-      for (int p = 0; p < P; ++p) {
-        double ref = 0, mag = 0;
-        for (int n = 0; n < N; ++n) {
-          const double c = C[((size_t(b) * T + dd) * G + g) * N + n];
-          ref += double(tl[p * N + n]) * c, mag += std::fabs(double(tl[p * N + n]) * c);
-        }
-        ref *= sc[h], mag *= std::fabs(sc[h]);
-        const double got = out[((size_t(b) * T + dd) * H + h) * P + p];
-        worst = std::max(worst, std::fabs(got - ref) / mag);
-      }
-  }
-  return worst;
+  return check_dots<T>(d.state + int64_t(set) * set_elems, d.slots, d.C, d.scale, d.out);
 }
 
 template <int T>
