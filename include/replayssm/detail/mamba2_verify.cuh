@@ -10,7 +10,8 @@
 // bench_spec rows spec/mamba2/H128_G8_ws, batch 256, 15 buffered steps): T = 2 / 4 / 8
 // 337 / 395 / 629 us against the fused kernel's 428 / 518 / 936; every row folding 819 / 866 /
 // 1091 against 800 / 891 / 1197; v17 (the drafts' rows with hoisted index math, `draft_rows`):
-// 330 / 381 / 576, folding 813 / 896 / 1049. (Its first form held each thread's x column in
+// 330 / 381 / 576, folding 813 / 896 / 1049; v23 (the outputs by warp per draft, the setup's
+// index math): T = 4 371, folding 779. (Its first form held each thread's x column in
 // registers, 15 scalar loads that ptxas serialized under the 128-register bound: 501 / 658 / 744
 // us.)
 //
@@ -40,10 +41,12 @@
 //    staging barrier, each warp then requesting its draft's dots before the G loop; otherwise
 //    after it); G_d[p] = h[p, :] . C_d by FMAs over the lane's values and two xor shuffles; the
 //    dots from the workspace turn into the weights and decays of mamba2_agent::decay_weights
-//    (the fused path's function); then
+//    (the fused path's function; for BufferLen <= 32 its one chunk written out here, the same
+//    bits); then
 //      y_d[p] = decay_d G_d[p] + sum_{j on d's path} w[d][j] x_j[p] + D x_{n+d}[p],
-//    y *= silu(z) when z is set. The drafts' x and dt are appended as process_verify appends
-//    them; the cursor does not move, except after a fold: the row's last block sets
+//    y *= silu(z) when z is set (with 3 or 4 drafts warp d writes draft d's outputs, two rows
+//    per lane; otherwise thread (d0, r) its drafts' row r). The drafts' x and dt are appended as
+//    process_verify appends them; the cursor does not move, except after a fold: the row's last block sets
 //    folded_cursor(n) (as process_verify).
 // The buffer ends up exactly as the fused verification leaves it; the outputs differ from the
 // fused path's by fp32 rounding only (the contraction's summation order).
