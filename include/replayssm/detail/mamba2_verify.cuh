@@ -46,8 +46,8 @@
 //      y_d[p] = decay_d G_d[p] + sum_{j on d's path} w[d][j] x_j[p] + D x_{n+d}[p],
 //    y *= silu(z) when z is set (with 3 or 4 drafts warp d writes draft d's outputs, two rows
 //    per lane; otherwise thread (d0, r) its drafts' row r). The drafts' x and dt are appended as
-//    process_verify appends them; the cursor does not move, except after a fold: the row's last block sets
-//    folded_cursor(n) (as process_verify).
+//    process_verify appends them; the cursor does not move, except after a fold: the row's last
+//    block sets folded_cursor(n) (as process_verify).
 // The buffer ends up exactly as the fused verification leaves it; the outputs differ from the
 // fused path's by fp32 rounding only (the contraction's summation order).
 //
