@@ -163,13 +163,8 @@ __global__ void __launch_bounds__(NT, 4)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
   const int64_t slot = slot_idx[b];
   // 1. the state tile, first
-  const float* row = state + (slot * H + h) * tile + (16 * warp + gi) * N + 4 * t;
   float4 h0[8], h1[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
-    h1[i] = __ldcs(reinterpret_cast<const float4*>(row + 8 * N + 16 * i));
-  }
+  load_tile(state, slot, h, warp, gi, t, h0, h1);
   // 2. the x rows (8 chunks of 16 B per row), C (32 per row) and dt, all requested before any
   // is stored (one memory latency), then staged as fp32
   constexpr int xc = m * (P / 8), xit = (xc + NT - 1) / NT;

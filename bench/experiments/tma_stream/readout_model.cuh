@@ -61,6 +61,18 @@ __device__ __forceinline__ void g_dots(const float4 (&h0)[8], const float4 (&h1)
   }
 }
 
+/// The library readout's register tile of (slot, head h): lane (gi, t) of warp `warp` holds rows
+/// 16 warp + gi (h0) and + 8 (h1), columns 16 i + 4 t + {0..3}, by 16-byte streaming loads.
+__device__ __forceinline__ void load_tile(const float* state, int64_t slot, int h, int warp, int gi,
+                                          int t, float4 (&h0)[8], float4 (&h1)[8]) {
+  const float* row = state + (slot * H + h) * tile + (16 * warp + gi) * N + 4 * t;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
+    h1[i] = __ldcs(reinterpret_cast<const float4*>(row + 8 * N + 16 * i));
+  }
+}
+
 /// reg<T>: the library readout's structure, dots only: one block of 128 threads per (head, row),
 /// slot -> 16 x 16 B state loads per thread held in registers, C staged in shared memory, G loop.
 template <int T>
@@ -71,13 +83,8 @@ __global__ void __launch_bounds__(128, 4)
   const int h = blockIdx.x, b = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
   const int64_t slot = slot_idx[b];
-  const float* row = state + (slot * H + h) * tile + (16 * warp + gi) * N + 4 * t;
   float4 h0[8], h1[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
-    h1[i] = __ldcs(reinterpret_cast<const float4*>(row + 8 * N + 16 * i));
-  }
+  load_tile(state, slot, h, warp, gi, t, h0, h1);
   const int g = h / (H / G);
   for (int i = threadIdx.x; i < T * N / 4; i += 128) {
     const int d = i / (N / 4), c = i % (N / 4);
