@@ -12,17 +12,19 @@
 // bench/experiments/gdn_verify_fold.md: the fold in the readout's structure).
 //
 // Two grids, the second launched with programmatic dependent launch (sm_90+):
-// 1. gdn_verify_sweep_kernel, one block of 128 threads per (value head hv, batch row b): it
+// 1. gdn_verify_sweep_kernel, one block of 512 threads per (k head hk, batch row b): it
 //    stages exactly what process_verify stages before its sweeps (for a row that does not fold,
-//    n < K buffered steps: the buffered steps' raw k and factors, g and beta of hv, then the
-//    drafts'; for a row that folds, n >= K: the drafts' alone, from step 0, as process_verify
-//    stages them after its fold: `base` = n or 0), computes the drafts' factors with
-//    gdn_step_factors (as draft_norms), normalises, and runs each draft's backward sweep with
-//    gdn_sweep (one warp per draft, `sweep(d, base + d + 1, base, path[d])` of the fused path), so
-//    that r_d and c_d are bit-identical to the fused path's.
+//    n < K buffered steps: the buffered steps' raw k and factors, then the drafts'; g and beta of
+//    the k head's value heads; for a row that folds, n >= K: the drafts' alone, from step 0, as
+//    process_verify stages them after its fold: `base` = n or 0), computes the drafts' factors
+//    with gdn_step_factors (as draft_norms), normalises, and runs every (value head, draft)
+//    backward sweep with gdn_sweep (one warp each, `sweep(d, base + d + 1, base, path[d])` of the
+//    fused path), so that r_d and c_d are bit-identical to the fused path's. The k rows are
+//    staged and normalised once per k head, not once per value head (NOTES v24: the grid was
+//    (value head, row) before, and a third of the verification's time at T = 4).
 //    Workspace layout: `[batch][num_v_heads][MaxDraft][head_k_dim + BufferLen]` floats: r_d
 //    (head_k_dim), then c_d[j] for j <= base + d (0 off d's path; later positions not written).
-//    The blocks of a k head's first value head append the drafts' raw k and factors to the
+//    Each block appends its k head's drafts' raw k and factors to the
 //    buffer at n + d (where process_verify appends them from, folding or not).
 // 2. gdn_verify_readout_kernel, one block of 128 threads per (value head hv, batch row b): the
 //    128 x 128 fp32 state tile (the fused agent's tile) is requested first, as run_item requests
@@ -68,10 +70,14 @@ struct gdn_verify_split_supported {
       Policy::pipeline_stages < 2 && Policy::buffer_len <= 32;
 };
 
-/// Threads of a sweep block (one block per (value head, batch row)): one warp per draft.
-constexpr int gdn_verify_sweep_threads = 128;
+/// Threads of a sweep block (one block per (k head, batch row)): one warp per (value head,
+/// draft) sweep, 16 at a time.
+constexpr int gdn_verify_sweep_threads = 512;
 
-/// The sweep grid of the split verification (see the file comment): grid (num_v_heads, batch).
+/// The sweep grid of the split verification (see the file comment): grid (num_k_heads, batch).
+/// A block stages, normalises and appends its k head's rows once for the k head's value heads
+/// (up to 16 at a time: VH), whose g and beta it stages beside them; its warps then run the
+/// (value head, draft) sweeps.
 template <class Policy, int MaxDraft>
 struct gdn_verify_sweep {
   using T = typename Policy::input_type;
@@ -81,13 +87,16 @@ struct gdn_verify_sweep {
   static constexpr int K = Policy::commit_interval;
   static constexpr int NT = gdn_verify_sweep_threads;
   static constexpr int NB = K > 1 ? K - 1 : 1;  // buffered steps of a row that does not fold
-  static_assert(MaxDraft >= 1 && MaxDraft <= 32 && MaxDraft <= NT && L <= NT,
+  static constexpr int NW = NT / 32;            // warps
+  static constexpr int VH = NW;                 // value heads staged at a time (a warp's lanes j)
+  static_assert(MaxDraft >= 1 && MaxDraft <= 32 && MaxDraft <= NT && L <= 32,
                 "gated_deltanet split verification: MaxDraft and BufferLen must be at most 32.");
 
   struct shared_storage {
     alignas(16) float k[L][KD];         // the buffered steps' k, then the drafts' (normalised)
     alignas(16) float q[MaxDraft][KD];  // the drafts' q (normalised, scaled)
-    float g[L], beta[L], ksc[L];
+    float g[VH][L], beta[VH][L];        // value head v0 + v's g and beta (run's chunk of heads)
+    float ksc[L];
     float qscale[MaxDraft];
     uint32_t path[MaxDraft];   // the drafts on each draft's path (bit k: draft k)
     int32_t parent[MaxDraft];  // trees: the drafts' parents (spec.parent of row b)
@@ -110,10 +119,9 @@ struct gdn_verify_sweep {
     return mask;
   }
 
-  /// Row b, value head hv. Call from all threads.
-  static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int hv) {
+  /// Row b, k head hk (its value heads hk per_k .. hk per_k + per_k - 1). Call from all threads.
+  static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int hk) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads, per_k = Hv / Hk;
-    const int hk = hv / per_k;
     const int64_t slot = p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
     if (slot == p.rows.null_slot) return;  // (exit = implicit trigger)
     if (threadIdx.x == 0) {                // n and nd exactly as process_verify reads them
@@ -139,25 +147,15 @@ struct gdn_verify_sweep {
       kq.load(p.buffer.k + (slot * L * Hk + hk) * int64_t(KD), int64_t(Hk) * KD, base);
       qd.load(p.in.q + r0 * p.in.q_batch_stride + hk * p.in.q_head_stride, p.in.q_batch_stride, nd);
       kd.load(p.in.k + r0 * p.in.k_batch_stride + hk * p.in.k_head_stride, p.in.k_batch_stride, nd);
-      float gq = 0.f, bq = 0.f, kscq = 0.f;
+      float kscq = 0.f;
       int32_t par = -1;
-      const int j = threadIdx.x;
+      const int j = threadIdx.x;  // (warp 0: step j's k factor, draft j's parent)
       if (p.spec.parent && j < nd) par = p.spec.parent[r0 + j];
-      if (j < base) {
-        gq = p.buffer.g[(slot * L + j) * Hv + hv];
-        bq = p.buffer.beta[(slot * L + j) * Hv + hv];
-        kscq = p.buffer.kscale[(slot * L + j) * Hk + hk];
-      } else if (j < base + nd) {
-        gq = p.in.g[(r0 + j - base) * p.in.g_batch_stride + hv];
-        bq = p.in.beta[(r0 + j - base) * p.in.beta_batch_stride + hv];
-      }
+      if (j < base) kscq = p.buffer.kscale[(slot * L + j) * Hk + hk];
+      stage_gates(s, p, slot, r0, hk * per_k, per_k < VH ? per_k : VH, base, nd);
       kq.store(s.k, base);
       kd.store(s.k + base, nd);
       qd.store(s.q, nd);
-      if (j < base + nd) {
-        s.g[j] = gq;
-        s.beta[j] = bq;
-      }
       if (j < base) s.ksc[j] = kscq;
       if (j < nd) s.parent[j] = par;
     }
@@ -179,8 +177,8 @@ struct gdn_verify_sweep {
     __syncthreads();
     // Append the drafts' raw k and factors after the buffered (or folded) steps, at n + d
     // (process_verify appends them from tile 0 of the k head's first value head: once per (row, k
-    // head)).
-    if (hv % per_k == 0) {
+    // head), as this block does).
+    {
       const int64_t at = (slot * L + s.n) * Hk + hk;  // (step n, k head hk)
       for (int i = threadIdx.x; i < nd * KD; i += NT)
         p.buffer.k[(at + (i / KD) * Hk) * KD + i % KD] = from_float<T>(s.k[base + i / KD][i % KD]);
@@ -191,12 +189,38 @@ struct gdn_verify_sweep {
     for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
     for (int i = threadIdx.x; i < nd * KD; i += NT) s.q[i / KD][i % KD] *= s.qscale[i / KD];
     __syncthreads();
-    // Draft d's sweep over the buffered steps (none after a fold) and the drafts on its path: r_d
-    // and c_d straight into the workspace (the fused path's sweep(d, base + d + 1, base,
-    // path[d])).
-    for (int d = warp; d < nd; d += NT / 32) {
-      float* ws = p.workspace + ((int64_t(b) * Hv + hv) * MaxDraft + d) * (KD + L);
-      gdn_sweep<KD>(s.k, s.g, s.beta, s.q[d], ws, ws + KD, base + d + 1, base, s.path[d]);
+    // Draft d's sweep at value head hv over the buffered steps (none after a fold) and the drafts
+    // on its path: r_d and c_d straight into the workspace (the fused path's sweep(d, base + d +
+    // 1, base, path[d])), one warp per (value head, draft); the k head's value heads VH at a time.
+    for (int v0 = 0; v0 < per_k; v0 += VH) {
+      const int nv = per_k - v0 < VH ? per_k - v0 : VH;
+      if (v0 > 0) {  // the next value heads' g and beta (the k rows stay)
+        __syncthreads();
+        stage_gates(s, p, slot, r0, hk * per_k + v0, nv, base, nd);
+        __syncthreads();
+      }
+      for (int i = warp; i < nv * nd; i += NW) {
+        const int v = i / nd, d = i - v * nd, hv = hk * per_k + v0 + v;
+        float* ws = p.workspace + ((int64_t(b) * Hv + hv) * MaxDraft + d) * (KD + L);
+        gdn_sweep<KD>(s.k, s.g[v], s.beta[v], s.q[d], ws, ws + KD, base + d + 1, base, s.path[d]);
+      }
+    }
+  }
+
+  /// g and beta of value heads hv0 .. hv0 + nv - 1 (nv <= VH) at steps j < base + nd into s.g[v],
+  /// s.beta[v]: the buffered steps' from the buffer (j < base), then the drafts' from the inputs;
+  /// warp v, lane j. No barrier.
+  static REPLAYSSM_DEVICE void stage_gates(shared_storage& s, const params_t& p, int64_t slot,
+                                           int64_t r0, int hv0, int nv, int base, int nd) {
+    const int v = threadIdx.x >> 5, j = threadIdx.x & 31, hv = hv0 + v;
+    if (v >= nv || j >= base + nd) return;
+    const int Hv = p.num_v_heads;
+    if (j < base) {
+      s.g[v][j] = p.buffer.g[(slot * L + j) * Hv + hv];
+      s.beta[v][j] = p.buffer.beta[(slot * L + j) * Hv + hv];
+    } else {
+      s.g[v][j] = p.in.g[(r0 + j - base) * p.in.g_batch_stride + hv];
+      s.beta[v][j] = p.in.beta[(r0 + j - base) * p.in.beta_batch_stride + hv];
     }
   }
 };
@@ -515,7 +539,7 @@ REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads,
 template <class Policy, int MaxDraft>
 result launch_gdn_verify_split(const gdn_params<Policy>& p, cudaStream_t stream) {
   if (p.rows.batch == 0) return ok();
-  gdn_verify_sweep_kernel<Policy, MaxDraft><<<dim3(unsigned(p.num_v_heads), unsigned(p.rows.batch)),
+  gdn_verify_sweep_kernel<Policy, MaxDraft><<<dim3(unsigned(p.num_k_heads), unsigned(p.rows.batch)),
                                               gdn_verify_sweep_threads, 0, stream>>>(p);
   if (auto r = check_launch(); !r) return r;
   return launch_dependent(gdn_verify_readout_kernel<Policy, MaxDraft>,
