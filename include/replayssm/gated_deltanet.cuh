@@ -124,11 +124,12 @@ struct gdn_params {
   /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, kv layout,
   /// head_k_dim == head_v_dim == 128, Tile == head_v_dim, BlockThreads 128, no pipeline,
   /// BufferLen <= 32) and the launch does not branch (`branch.ckpt_of` null): a kernel per
-  /// (row, value head) runs the drafts' backward sweeps into it (@ref verify_workspace_elems
-  /// floats), then a readout grid, launched with programmatic dependent launch, streams the
-  /// state and writes the outputs (rows that fold a window fold it there first). A workspace
-  /// smaller than that is refused (bad_shape). H200, batch 256, Hv 64, T = 4: the round 561 us
-  /// against 617 without a workspace (kernels of 6718080, README "Speculative decoding"). The
+  /// (row, k head) runs the drafts' backward sweeps of its value heads into it (@ref
+  /// verify_workspace_elems floats), then a readout grid, launched with programmatic dependent
+  /// launch, streams the state and writes the outputs (rows that fold a window fold it there
+  /// first). A workspace smaller than that is refused (bad_shape). H200, batch 256, Hv 64, T = 4:
+  /// the round 519 us against 615 without a workspace (kernels of c2ba265, README "Speculative
+  /// decoding"). The
   /// rule's default policy qualifies.
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against
