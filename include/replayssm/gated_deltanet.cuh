@@ -129,8 +129,7 @@ struct gdn_params {
   /// launch, streams the state and writes the outputs (rows that fold a window fold it there
   /// first). A workspace smaller than that is refused (bad_shape). H200, batch 256, Hv 64, T = 4:
   /// the round 519 us against 615 without a workspace (kernels of c2ba265, README "Speculative
-  /// decoding"). The
-  /// rule's default policy qualifies.
+  /// decoding"). The rule's default policy qualifies.
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against
   /// @ref workspace_elems of its batch (verify_step: @ref verify_workspace_elems) and refuses a

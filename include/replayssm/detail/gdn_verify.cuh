@@ -24,8 +24,8 @@
 //    (value head, row) before, and a third of the verification's time at T = 4).
 //    Workspace layout: `[batch][num_v_heads][MaxDraft][head_k_dim + BufferLen]` floats: r_d
 //    (head_k_dim), then c_d[j] for j <= base + d (0 off d's path; later positions not written).
-//    Each block appends its k head's drafts' raw k and factors to the
-//    buffer at n + d (where process_verify appends them from, folding or not).
+//    Each block appends its k head's drafts' raw k and factors to the buffer at n + d (where
+//    process_verify appends them from, folding or not).
 // 2. gdn_verify_readout_kernel, one block of 128 threads per (value head hv, batch row b): the
 //    128 x 128 fp32 state tile (the fused agent's tile) is requested first, as run_item requests
 //    it. A row that does not fold: the v rows of the buffered steps and drafts, pdl_wait, r_d and

@@ -154,12 +154,7 @@ struct mamba2_agent {
     for (int b0 = ((m - 1) / 32) * 32; b0 >= 0; b0 -= 32) {
       const int j = b0 + lane;
       const float la = (j < m && on(j)) ? A * s.dt[j] : 0.f;
-      float incl = la;  // sum over i >= j within this chunk
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const float o = __shfl_down_sync(0xffffffffu, incl, off);
-        if (lane + off < 32) incl += o;
-      }
+      const float incl = warp_suffix_sum(la);  // sum over i >= j within this chunk
       if (j < m) s.w[d][j] = base(j) * expf(incl - la + carry);
       carry += __shfl_sync(0xffffffffu, incl, 0);
     }

@@ -526,12 +526,7 @@ struct mamba2_verify_readout {
         const bool on = lane < m && (lane < base || ((path >> (lane - base)) & 1u));
         const float dt = on ? s.dt[lane] : 0.f;
         const float la = on ? A * dt : 0.f;
-        float incl = la;  // sum over the steps i >= lane
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const float o = __shfl_down_sync(0xffffffffu, incl, off);
-          if (lane + off < 32) incl += o;
-        }
+        const float incl = warp_suffix_sum(la);  // sum over the steps i >= lane
         // Off-path steps: exactly 0 as replay_dots leaves them (not 0 * dt, NaN for a
         // sibling's non-finite dt). With prefetch (MaxDraft <= 4) d is this warp: its dot is
         // the prefetched one.

@@ -40,6 +40,16 @@ REPLAYSSM_DEVICE float warp_sum(float v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
 }
+/// The inclusive suffix sum over a warp's lanes: lane l gets the sum of v over lanes i >= l
+/// (shuffles down, five levels). Call from all lanes.
+REPLAYSSM_DEVICE float warp_suffix_sum(float v) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const float o = __shfl_down_sync(0xffffffffu, v, off);
+    if ((threadIdx.x & 31) + off < 32) v += o;
+  }
+  return v;
+}
 
 /// Programmatic dependent launch (the split replay step: a coefficient grid, then the decode
 /// grid launched with programmatic stream serialization, kernels.cuh launch_items_or_split).
