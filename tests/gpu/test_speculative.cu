@@ -345,6 +345,25 @@ TEST_CASE("speculative rounds verify every draft position and accept the verifie
     c.use_workspace = true;
     run_spec_rounds<4>(c, rounds, rng);
   }
+  SECTION("gated deltanet 1/32 kv, split verification (workspace), drafts up to 2") {
+    // 32 value heads on one k head: the sweep block (512 threads at 64 sweeps) stages the value
+    // heads' g and beta in two chunks of 16.
+    rtest::gdn_case<gdn_sv_bf16> c(1, 32);
+    c.use_workspace = true;
+    run_spec_rounds<2>(c, rounds, rng);
+  }
+  SECTION("gated deltanet 2/40 kv, split verification (workspace), drafts up to 2") {
+    // 20 value heads per k head: a chunk of 16 and a partial one of 4.
+    rtest::gdn_case<gdn_sv_bf16> c(2, 40);
+    c.use_workspace = true;
+    run_spec_rounds<2>(c, rounds, rng);
+  }
+  SECTION("gated deltanet 4/4 kv, split verification (workspace), drafts up to 4") {
+    // One value head per k head.
+    rtest::gdn_case<gdn_sv_bf16> c(4, 4);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
   SECTION("mamba2 bf16 inputs, two tiles per head") {
     rtest::mamba2_case<m2_tiles> c(32, 4, true);
     run_spec_rounds<4>(c, rounds, rng);

@@ -12,16 +12,18 @@
 // bench/experiments/gdn_verify_fold.md: the fold in the readout's structure).
 //
 // Two grids, the second launched with programmatic dependent launch (sm_90+):
-// 1. gdn_verify_sweep_kernel, one block of 512 threads per (k head hk, batch row b): it
+// 1. gdn_verify_sweep_kernel, one block of 128-512 threads per (k head hk, batch row b): it
 //    stages exactly what process_verify stages before its sweeps (for a row that does not fold,
 //    n < K buffered steps: the buffered steps' raw k and factors, then the drafts'; g and beta of
 //    the k head's value heads; for a row that folds, n >= K: the drafts' alone, from step 0, as
 //    process_verify stages them after its fold: `base` = n or 0), computes the drafts' factors
 //    with gdn_step_factors (as draft_norms), normalises, and runs every (value head, draft)
-//    backward sweep with gdn_sweep (one warp each, `sweep(d, base + d + 1, base, path[d])` of the
-//    fused path), so that r_d and c_d are bit-identical to the fused path's. The k rows are
-//    staged and normalised once per k head, not once per value head (NOTES v24: the grid was
-//    (value head, row) before, and a third of the verification's time at T = 4).
+//    backward sweep with gdn_sweep's arithmetic (one warp each, `sweep(d, base + d + 1, base,
+//    path[d])` of the fused path; gdn_verify_sweep::sweep: the same operations per lane in the
+//    same order, with less per-step work), so that r_d and c_d are bit-identical to the fused
+//    path's. The k rows are staged and normalised once per k head, not once per value head
+//    (NOTES v24: the grid was (value head, row) before, and a third of the verification's time
+//    at T = 4); the block has one warp per sweep up to 16 (128, 256 or 512 threads, NOTES v25).
 //    Workspace layout: `[batch][num_v_heads][MaxDraft][head_k_dim + BufferLen]` floats: r_d
 //    (head_k_dim), then c_d[j] for j <= base + d (0 off d's path; later positions not written).
 //    Each block appends its k head's drafts' raw k and factors to the buffer at n + d (where
@@ -70,37 +72,46 @@ struct gdn_verify_split_supported {
       Policy::pipeline_stages < 2 && Policy::buffer_len <= 32;
 };
 
-/// Threads of a sweep block (one block per (k head, batch row)): one warp per (value head,
-/// draft) sweep, 16 at a time.
-constexpr int gdn_verify_sweep_threads = 512;
+/// Threads of a sweep block (one block per (k head, batch row), one warp per (value head, draft)
+/// sweep): enough warps for the k head's sweeps at MaxDraft drafts, 128 to 512
+/// (launch_gdn_verify_split; NOTES v24: 16 warps for 4 sweeps left Hv32 T = 2 4.5% slower).
+constexpr int gdn_verify_sweep_threads(int sweeps) {
+  return sweeps <= 4 ? 128 : sweeps <= 8 ? 256 : 512;
+}
 
 /// The sweep grid of the split verification (see the file comment): grid (num_k_heads, batch).
 /// A block stages, normalises and appends its k head's rows once for the k head's value heads
-/// (up to 16 at a time: VH), whose g and beta it stages beside them; its warps then run the
-/// (value head, draft) sweeps.
-template <class Policy, int MaxDraft>
+/// (Threads / 32 at a time: VH), whose decays and beta it stages beside them; its warps then run
+/// the (value head, draft) sweeps.
+template <class Policy, int MaxDraft, int Threads>
 struct gdn_verify_sweep {
   using T = typename Policy::input_type;
   using params_t = gdn_params<Policy>;
   static constexpr int KD = Policy::rule::head_k_dim;
   static constexpr int L = Policy::buffer_len;
   static constexpr int K = Policy::commit_interval;
-  static constexpr int NT = gdn_verify_sweep_threads;
+  static constexpr int NT = Threads;
   static constexpr int NB = K > 1 ? K - 1 : 1;  // buffered steps of a row that does not fold
   static constexpr int NW = NT / 32;            // warps
   static constexpr int VH = NW;                 // value heads staged at a time (a warp's lanes j)
+  static constexpr int RPL = KD / 32;           // a sweep's r elements per lane
   static_assert(MaxDraft >= 1 && MaxDraft <= 32 && MaxDraft <= NT && L <= 32,
                 "gated_deltanet split verification: MaxDraft and BufferLen must be at most 32.");
+  static_assert(KD % 128 == 0, "gated_deltanet split verification: head_k_dim is 128");
+  /// (i * div_mul) >> div_shift == i / nd with div_mul = ceil(2^20 / nd), for 1 <= nd <= 32 and
+  /// the (value head, draft) items i < VH MaxDraft <= 512 (exact while i (div_mul nd - 2^20) <
+  /// 2^20): the items' split without a division a warp.
+  static constexpr int div_shift = 20;
 
   struct shared_storage {
     alignas(16) float k[L][KD];         // the buffered steps' k, then the drafts' (normalised)
     alignas(16) float q[MaxDraft][KD];  // the drafts' q (normalised, scaled)
-    float g[VH][L], beta[VH][L];        // value head v0 + v's g and beta (run's chunk of heads)
-    float ksc[L];
-    float qscale[MaxDraft];
-    uint32_t path[MaxDraft];   // the drafts on each draft's path (bit k: draft k)
-    int32_t parent[MaxDraft];  // trees: the drafts' parents (spec.parent of row b)
-    int n, base, nd;           // base: where draft 0 is staged (n, or 0 for a row that folds)
+    float alpha[VH][L], beta[VH][L];    // value head v0 + v's expf(g) and beta (run's chunk)
+    uint32_t path[MaxDraft];            // the drafts on each draft's path (bit k: draft k)
+    int32_t parent[MaxDraft];           // trees: the drafts' parents (spec.parent of row b)
+    int64_t slot;     // (re-read after the barriers of each further chunk of value heads)
+    int n, base, nd;  // base: where draft 0 is staged (n, or 0 for a row that folds)
+    int per_k, div_mul;
   };
   static_assert(sizeof(shared_storage) <= 48 * 1024,
                 "gated_deltanet split verification: the sweep block stages BufferLen + MaxDraft "
@@ -119,9 +130,51 @@ struct gdn_verify_sweep {
     return mask;
   }
 
+  /// One step j of gdn_sweep<KD> (gdn_split.cuh), the same floating-point operations in the
+  /// same order per lane: d = fmaf(k_j[lane + 32 e], r[e], d) for e = 0, 1, ..; warp_sum;
+  /// bc = beta_j * d; r[e] = alpha_j * fmaf(-bc, k_j[lane + 32 e], r[e]) with alpha_j =
+  /// expf(g_j) (staged: the same float). c_j is kept by lane j (`cl`), not stored.
+  static REPLAYSSM_DEVICE void sweep_step(const float* kj, float alpha, float beta, float (&r)[RPL],
+                                          float& cl, int lane, int j) {
+    float d = 0.f;
+#pragma unroll
+    for (int e = 0; e < RPL; ++e) d = fmaf(kj[lane + 32 * e], r[e], d);
+    d = warp_sum(d);
+    const float bc = beta * d;
+#pragma unroll
+    for (int e = 0; e < RPL; ++e) r[e] = alpha * fmaf(-bc, kj[lane + 32 * e], r[e]);
+    if (lane == j) cl = bc;
+  }
+
+  /// gdn_sweep<KD>(k, g, beta, q, r_out, c, m, n0, mask) of gdn_split.cuh (what the fused path
+  /// runs), the same arithmetic step by step (sweep_step), in a form with less per-step work: the
+  /// drafts' steps j >= n0 tested against `mask` only where it skips some (trees; chains and the
+  /// buffered steps run untested), alpha_j = expf(g_j) staged once per (value head, step) instead
+  /// of once per draft, and c_j held by lane j (m <= L <= 32) and stored once at the end (c_j = 0
+  /// off the path, as gdn_sweep writes it; positions from m on not written).
+  static REPLAYSSM_DEVICE void sweep(const float (*k)[KD], const float* alpha, const float* beta,
+                                     const float* q, float* r_out, float* c, int m, int n0,
+                                     uint32_t mask) {
+    const int lane = threadIdx.x & 31;
+    float r[RPL];
+#pragma unroll
+    for (int e = 0; e < RPL; ++e) r[e] = q[lane + 32 * e];
+    float cl = 0.f;
+    int j = m - 1;
+    const int nt = m - n0;  // the drafts' steps (<= 32)
+    const uint32_t all = nt >= 32 ? ~0u : nt > 0 ? (1u << nt) - 1u : 0u;
+    if ((mask & all) != all)  // a path that skips drafts (trees): its steps tested one by one
+      for (; j >= n0; --j)
+        if ((mask >> (j - n0)) & 1u) sweep_step(k[j], alpha[j], beta[j], r, cl, lane, j);
+    for (; j >= 0; --j) sweep_step(k[j], alpha[j], beta[j], r, cl, lane, j);  // (chains: all)
+#pragma unroll
+    for (int e = 0; e < RPL; ++e) r_out[lane + 32 * e] = r[e];
+    if (lane < m) c[lane] = cl;
+  }
+
   /// Row b, k head hk (its value heads hk per_k .. hk per_k + per_k - 1). Call from all threads.
   static REPLAYSSM_DEVICE void run(shared_storage& s, const params_t& p, int b, int hk) {
-    const int Hk = p.num_k_heads, Hv = p.num_v_heads, per_k = Hv / Hk;
+    const int Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int64_t slot = p.rows.slot_idx ? __ldg(p.rows.slot_idx + b) : b;
     if (slot == p.rows.null_slot) return;  // (exit = implicit trigger)
     if (threadIdx.x == 0) {                // n and nd exactly as process_verify reads them
@@ -129,106 +182,149 @@ struct gdn_verify_sweep {
       const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
       if (nd > L - n) nd = L - n;  // only a corrupt cursor gets here
       s.n = n;
+      s.slot = slot;
       // A row that folds (n >= K): the readout grid folds its window into the checkpoint first
       // and reads its drafts against the new one, so their sweeps run over the drafts alone,
       // staged from step 0 (process_verify's after its fold).
       s.base = n >= K ? 0 : n;
       s.nd = nd;
+      // The block's two integer divisions, once (not once a warp).
+      s.per_k = Hv / Hk;
+      s.div_mul = nd > 0 ? ((1 << div_shift) + nd - 1) / nd : 0;
     }
     __syncthreads();
-    const int base = s.base, nd = s.nd;
+    const int base = s.base, nd = s.nd, per_k = s.per_k;
     // Every cursor read of this block passed the barrier: the readout grid's folding blocks,
     // which set their row's cursor at the end, may start.
     pdl_trigger();
     const int64_t r0 = int64_t(b) * MaxDraft;
-    {  // All rows requested at once: the buffered raw k (16-byte aligned, validated), the drafts'.
+    {  // All rows requested at once: the buffered raw k (16-byte aligned, validated) with their
+      // factors (a chunk's thread reads its row's), the drafts' raw q and k.
       staged_rows<NB, KD, NT, T> kq;
       strided_rows<MaxDraft, KD, NT, T> qd, kd;
+      constexpr int CPR = decltype(kq)::chunks_per_row, CE = decltype(kq)::vec;
       kq.load(p.buffer.k + (slot * L * Hk + hk) * int64_t(KD), int64_t(Hk) * KD, base);
+      float kscv[decltype(kq)::iters];
+#pragma unroll
+      for (int it = 0; it < decltype(kq)::iters; ++it) {
+        const int c = threadIdx.x + it * NT;
+        if (c < base * CPR) kscv[it] = p.buffer.kscale[(slot * L + c / CPR) * Hk + hk];
+      }
       qd.load(p.in.q + r0 * p.in.q_batch_stride + hk * p.in.q_head_stride, p.in.q_batch_stride, nd);
       kd.load(p.in.k + r0 * p.in.k_batch_stride + hk * p.in.k_head_stride, p.in.k_batch_stride, nd);
-      float kscq = 0.f;
       int32_t par = -1;
-      const int j = threadIdx.x;  // (warp 0: step j's k factor, draft j's parent)
+      const int j = threadIdx.x;  // (warp 0: draft j's parent)
       if (p.spec.parent && j < nd) par = p.spec.parent[r0 + j];
-      if (j < base) kscq = p.buffer.kscale[(slot * L + j) * Hk + hk];
       stage_gates(s, p, slot, r0, hk * per_k, per_k < VH ? per_k : VH, base, nd);
-      kq.store(s.k, base);
+      // The buffered rows normalised as staged: to_float(raw k) times the step's factor, the
+      // product process_verify forms in place (rounded once, the same float).
+#pragma unroll
+      for (int it = 0; it < decltype(kq)::iters; ++it) {
+        const int c = threadIdx.x + it * NT;
+        if (c < base * CPR) {
+          const T* e = reinterpret_cast<const T*>(&kq.v[it]);
+          float* d = &s.k[c / CPR][(c % CPR) * CE];
+#pragma unroll
+          for (int x = 0; x < CE; ++x) d[x] = to_float(e[x]) * kscv[it];
+        }
+      }
       kd.store(s.k + base, nd);
       qd.store(s.q, nd);
-      if (j < base) s.ksc[j] = kscq;
       if (j < nd) s.parent[j] = par;
     }
     __syncthreads();
     // The drafts' paths (draft_path's walk over the staged parents: one memory latency for the
-    // tree, not one per level). Read by the sweeps, after the barriers below.
+    // tree, not one per level). Read by the sweeps, after the barrier below.
     if (int(threadIdx.x) < nd)
       s.path[threadIdx.x] = staged_path(s.parent, p.spec.parent, threadIdx.x);
-    // The drafts' factors, one warp per draft (gdn_agent::draft_norms).
+    // One warp per draft: its factors (gdn_agent::draft_norms: every lane gets the same floats
+    // from the butterfly sums), then its raw k and factor appended after the buffered (or folded)
+    // steps at n + d (process_verify appends them from tile 0 of the k head's first value head:
+    // once per (row, k head), as this block does), then its k and q normalised in place (the
+    // products process_verify forms: raw k times the k factor, q times the q factor), each lane
+    // on its own 4 consecutive elements.
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int d = warp; d < nd; d += NT / 32) {
-      float qs, ks;
-      gdn_step_factors<KD>(p, s.q[d], s.k[base + d], qs, ks);
-      if (lane == 0) {
-        s.qscale[d] = qs;
-        s.ksc[base + d] = ks;
+    {
+      struct alignas(4 * sizeof(T)) raw4 {
+        T x[4];
+      };
+      const int64_t at = (slot * L + s.n) * Hk + hk;  // (step n, k head hk)
+      for (int d = warp; d < nd; d += NW) {
+        float qs, ks;
+        gdn_step_factors<KD>(p, s.q[d], s.k[base + d], qs, ks);
+        __syncwarp();  // every lane's reads of the raw rows are done
+#pragma unroll
+        for (int e = 4 * lane; e < KD; e += 128) {
+          float4* kp = reinterpret_cast<float4*>(&s.k[base + d][e]);
+          float4* qp = reinterpret_cast<float4*>(&s.q[d][e]);
+          float4 kv = *kp, qv = *qp;
+          raw4 w;
+          w.x[0] = from_float<T>(kv.x);
+          w.x[1] = from_float<T>(kv.y);
+          w.x[2] = from_float<T>(kv.z);
+          w.x[3] = from_float<T>(kv.w);
+          *reinterpret_cast<raw4*>(p.buffer.k + (at + d * Hk) * KD + e) = w;
+          kv.x *= ks;
+          kv.y *= ks;
+          kv.z *= ks;
+          kv.w *= ks;
+          qv.x *= qs;
+          qv.y *= qs;
+          qv.z *= qs;
+          qv.w *= qs;
+          *kp = kv;
+          *qp = qv;
+        }
+        if (lane == 0) p.buffer.kscale[at + d * Hk] = ks;
       }
     }
-    __syncthreads();
-    // Append the drafts' raw k and factors after the buffered (or folded) steps, at n + d
-    // (process_verify appends them from tile 0 of the k head's first value head: once per (row, k
-    // head), as this block does).
-    {
-      const int64_t at = (slot * L + s.n) * Hk + hk;  // (step n, k head hk)
-      for (int i = threadIdx.x; i < nd * KD; i += NT)
-        p.buffer.k[(at + (i / KD) * Hk) * KD + i % KD] = from_float<T>(s.k[base + i / KD][i % KD]);
-      if (int(threadIdx.x) < nd) p.buffer.kscale[at + threadIdx.x * Hk] = s.ksc[base + threadIdx.x];
-    }
-    __syncthreads();  // (the raw k is read above before it is normalised in place)
-    const int m = base + nd;
-    for (int i = threadIdx.x; i < m * KD; i += NT) s.k[i / KD][i % KD] *= s.ksc[i / KD];
-    for (int i = threadIdx.x; i < nd * KD; i += NT) s.q[i / KD][i % KD] *= s.qscale[i / KD];
     __syncthreads();
     // Draft d's sweep at value head hv over the buffered steps (none after a fold) and the drafts
     // on its path: r_d and c_d straight into the workspace (the fused path's sweep(d, base + d +
-    // 1, base, path[d])), one warp per (value head, draft); the k head's value heads VH at a time.
+    // 1, base, path[d]), the same arithmetic: sweep), one warp per (value head, draft); the k
+    // head's value heads VH at a time.
+    const int div_mul = s.div_mul;
     for (int v0 = 0; v0 < per_k; v0 += VH) {
       const int nv = per_k - v0 < VH ? per_k - v0 : VH;
-      if (v0 > 0) {  // the next value heads' g and beta (the k rows stay)
-        __syncthreads();
-        stage_gates(s, p, slot, r0, hk * per_k + v0, nv, base, nd);
+      if (v0 > 0) {       // the next value heads' decays and beta (the k rows stay)
+        __syncthreads();  // (s.slot read here: no 64-bit row offset live across the sweeps)
+        stage_gates(s, p, s.slot, r0, hk * per_k + v0, nv, base, nd);
         __syncthreads();
       }
       for (int i = warp; i < nv * nd; i += NW) {
-        const int v = i / nd, d = i - v * nd, hv = hk * per_k + v0 + v;
+        const int v = (i * div_mul) >> div_shift, d = i - v * nd, hv = hk * per_k + v0 + v;
         float* ws = p.workspace + ((int64_t(b) * Hv + hv) * MaxDraft + d) * (KD + L);
-        gdn_sweep<KD>(s.k, s.g[v], s.beta[v], s.q[d], ws, ws + KD, base + d + 1, base, s.path[d]);
+        sweep(s.k, s.alpha[v], s.beta[v], s.q[d], ws, ws + KD, base + d + 1, base, s.path[d]);
       }
     }
   }
 
-  /// g and beta of value heads hv0 .. hv0 + nv - 1 (nv <= VH) at steps j < base + nd into s.g[v],
-  /// s.beta[v]: the buffered steps' from the buffer (j < base), then the drafts' from the inputs;
-  /// warp v, lane j. No barrier.
+  /// expf(g) and beta of value heads hv0 .. hv0 + nv - 1 (nv <= VH) at steps j < base + nd into
+  /// s.alpha[v], s.beta[v]: the buffered steps' from the buffer (j < base), then the drafts' from
+  /// the inputs; warp v, lane j. expf(g_j) is the sweep's alpha_j (gdn_sweep computes it per step,
+  /// the same float). No barrier.
   static REPLAYSSM_DEVICE void stage_gates(shared_storage& s, const params_t& p, int64_t slot,
                                            int64_t r0, int hv0, int nv, int base, int nd) {
     const int v = threadIdx.x >> 5, j = threadIdx.x & 31, hv = hv0 + v;
     if (v >= nv || j >= base + nd) return;
     const int Hv = p.num_v_heads;
+    float g, beta;
     if (j < base) {
-      s.g[v][j] = p.buffer.g[(slot * L + j) * Hv + hv];
-      s.beta[v][j] = p.buffer.beta[(slot * L + j) * Hv + hv];
+      g = p.buffer.g[(slot * L + j) * Hv + hv];
+      beta = p.buffer.beta[(slot * L + j) * Hv + hv];
     } else {
-      s.g[v][j] = p.in.g[(r0 + j - base) * p.in.g_batch_stride + hv];
-      s.beta[v][j] = p.in.beta[(r0 + j - base) * p.in.beta_batch_stride + hv];
+      g = p.in.g[(r0 + j - base) * p.in.g_batch_stride + hv];
+      beta = p.in.beta[(r0 + j - base) * p.in.beta_batch_stride + hv];
     }
+    s.alpha[v][j] = expf(g);
+    s.beta[v][j] = beta;
   }
 };
 
-template <class Policy, int MaxDraft>
-REPLAYSSM_KERNEL void __launch_bounds__(gdn_verify_sweep_threads)
+template <class Policy, int MaxDraft, int Threads>
+REPLAYSSM_KERNEL void __launch_bounds__(Threads)
     gdn_verify_sweep_kernel(const gdn_params<Policy> p) {
-  using sweep = gdn_verify_sweep<Policy, MaxDraft>;
+  using sweep = gdn_verify_sweep<Policy, MaxDraft, Threads>;
   __shared__ typename sweep::shared_storage smem;
   sweep::run(smem, p, int(blockIdx.y), int(blockIdx.x));
 }
@@ -539,8 +635,18 @@ REPLAYSSM_KERNEL void __launch_bounds__(Policy::block_threads,
 template <class Policy, int MaxDraft>
 result launch_gdn_verify_split(const gdn_params<Policy>& p, cudaStream_t stream) {
   if (p.rows.batch == 0) return ok();
-  gdn_verify_sweep_kernel<Policy, MaxDraft><<<dim3(unsigned(p.num_k_heads), unsigned(p.rows.batch)),
-                                              gdn_verify_sweep_threads, 0, stream>>>(p);
+  const dim3 grid(unsigned(p.num_k_heads), unsigned(p.rows.batch));
+  switch (gdn_verify_sweep_threads(p.num_v_heads / p.num_k_heads * MaxDraft)) {
+    case 128:
+      gdn_verify_sweep_kernel<Policy, MaxDraft, 128><<<grid, 128, 0, stream>>>(p);
+      break;
+    case 256:
+      gdn_verify_sweep_kernel<Policy, MaxDraft, 256><<<grid, 256, 0, stream>>>(p);
+      break;
+    default:
+      gdn_verify_sweep_kernel<Policy, MaxDraft, 512><<<grid, 512, 0, stream>>>(p);
+      break;
+  }
   if (auto r = check_launch(); !r) return r;
   return launch_dependent(gdn_verify_readout_kernel<Policy, MaxDraft>,
                           dim3(unsigned(p.num_v_heads), unsigned(p.rows.batch)),
