@@ -2,7 +2,7 @@
 # Nsight Compute reports of the kernels whose speed is open (bench/NOTES.md v11, list below), one
 # launch each after warm-up, clocks left alone. Needs ncu and the benchmark binaries (BIN, as
 # for gpu_check.sh):
-#   BIN=.dev OUT=/tmp/out [PROFILE_SET=precision] bash scripts/profile_kernels.sh
+#   BIN=.dev OUT=/tmp/out [PROFILE_SET=precision|verify] bash scripts/profile_kernels.sh
 # Writes $OUT/ncu_kernels.txt (sections: speed of light, occupancy, launch, warp states,
 # scheduler, memory workload).
 set -uo pipefail
@@ -48,6 +48,22 @@ if [[ ${PROFILE_SET:-all} == precision ]]; then
   profile "commit step fp32, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K16/commit_step/.*batch:256/"
   profile "commit step fp32+bf16 pair, GDN Hv64" "gdn_stream_agent" "$decode" "^precision/$g/fp32_bf16/commit_step/"
   grep -E "=====|Duration|Memory Throughput|Registers Per|Stall|No Eligible|Issued Warp|Executed Instructions " "$log"
+  exit 0
+fi
+# PROFILE_SET=verify: the split verifications' readouts at the first timed round of the
+# verify_nofold rows (15 buffered steps; each warm-up round launches one coefficient / sweep grid
+# and one readout, so the readout regex skips 32 launches: NOTES v24), with source counters, next
+# to the decode stream kernels that read the same state at ~90% of the copy ceiling (NOTES Next
+# -22 (a): what does a readout do per byte that the stream kernel does not?). ~2 minutes.
+if [[ ${PROFILE_SET:-all} == verify ]]; then
+  sections+=(--section SourceCounters --section InstructionStats)
+  skip=32
+  profile "split verify T=4 no fold: readout, Mamba-2 H128" "mamba2_verify_readout_kernel" "$spec" "^spec/${m}_ws/T4/verify_nofold"
+  profile "split verify T=4 no fold: readout, GDN Hv64" "gdn_verify_readout_kernel" "$spec" "^spec/${g}_ws/T4/verify_nofold"
+  skip=16
+  profile "replay step fp32, Mamba-2 H128" "mamba2_stream_agent" "$decode" "^$m/K16/replay_step/.*batch:256/"
+  profile "replay step fp32, GDN Hv64" "gdn_stream_agent" "$decode" "^$g/K16/replay_step/.*batch:256/"
+  grep -E "=====|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible|Issued Warp|Executed Instructions " "$log"
   exit 0
 fi
 profile "eager step, Mamba-2 H128" "item_kernel.*12mamba2_agent.*opE0" "$decode" "^$m/K16/eager/.*batch:256/"
