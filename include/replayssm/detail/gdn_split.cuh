@@ -24,7 +24,10 @@ namespace detail {
 /// step): r = q, then c[j] = beta_j k_j . r and r <- exp(g_j) (r - c[j] k_j); r is written to
 /// `r_out` (may alias q). Only the steps j < n0 and the drafts n0 + k with bit k of `mask` set
 /// take part (a token tree's path; decode: n0 = m); the others count as absent (c[j] = 0). Call
-/// from all lanes of one warp. The one sweep of the library (gdn_agent, gdn_coef_kernel).
+/// from all lanes of one warp (gdn_agent, gdn_coef_kernel). gdn_verify_sweep::sweep (the split
+/// verification's sweep kernel) runs the same operations per lane in the same order from staged
+/// exp(g); the two are kept apart because folding them into one step function changed the SASS
+/// of the fused and decode kernels (NOTES Next -22 (d): measure before merging them).
 template <int KD>
 REPLAYSSM_DEVICE void gdn_sweep(const float (*k)[KD], const float* g, const float* beta,
                                 const float* q, float* r_out, float* c, int m, int n0,
