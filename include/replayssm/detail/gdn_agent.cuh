@@ -403,18 +403,19 @@ struct gdn_agent {
     finish_cursor<Op, Branch>(p, arrival, slot, blocks_per_slot, n, commit, ck);
   }
 
-  /// op::accept and op::fork (row_item): copies buffered step `from` of `from_slot` to step `to`
-  /// of `to_slot`, the whole step (v, g and beta of every value head, k and its factor of every
-  /// k head). Call from all threads.
-  static REPLAYSSM_DEVICE void move_row(const params_t& p, int64_t from_slot, int from,
-                                        int64_t to_slot, int to) {
+  /// op::accept and op::fork (row_item): copies buffered steps `from` .. `from + count - 1` of
+  /// `from_slot` to steps `to` .. `to + count - 1` of `to_slot` (the two ranges must not
+  /// overlap), the whole steps (v, g and beta of every value head, k and its factor of every k
+  /// head): one contiguous range per array. Call from all threads.
+  static REPLAYSSM_DEVICE void move_rows(const params_t& p, int64_t from_slot, int from,
+                                         int64_t to_slot, int to, int count) {
     const int64_t Hk = p.num_k_heads, Hv = p.num_v_heads;
     const int64_t f = buf_step(from_slot, from), d = buf_step(to_slot, to);
-    block_copy<NT>(p.buffer.v + d * Hv * VD, p.buffer.v + f * Hv * VD, Hv * VD);
-    block_copy<NT>(p.buffer.k + d * Hk * KD, p.buffer.k + f * Hk * KD, Hk * KD);
-    block_copy<NT>(p.buffer.g + d * Hv, p.buffer.g + f * Hv, Hv);
-    block_copy<NT>(p.buffer.beta + d * Hv, p.buffer.beta + f * Hv, Hv);
-    block_copy<NT>(p.buffer.kscale + d * Hk, p.buffer.kscale + f * Hk, Hk);
+    block_copy<NT>(p.buffer.v + d * Hv * VD, p.buffer.v + f * Hv * VD, count * Hv * VD);
+    block_copy<NT>(p.buffer.k + d * Hk * KD, p.buffer.k + f * Hk * KD, count * Hk * KD);
+    block_copy<NT>(p.buffer.g + d * Hv, p.buffer.g + f * Hv, count * Hv);
+    block_copy<NT>(p.buffer.beta + d * Hv, p.buffer.beta + f * Hv, count * Hv);
+    block_copy<NT>(p.buffer.kscale + d * Hk, p.buffer.kscale + f * Hk, count * Hk);
   }
 
   /// Row b's nd draft steps (input rows b * MaxDraft + d) in registers: raw q and k, this

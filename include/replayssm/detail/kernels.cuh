@@ -1,7 +1,7 @@
 // The thin __global__ entries over a block agent, and the launch of a grid of them. An agent
 // (mamba2_agent, gdn_agent) provides: params_t, policy, operation, shared_storage, tile_t,
 // tiles_per_head, heads(params), slot_of(params, b), tile_ptr(pool, row, head, tile),
-// max_draft, and process / process_verify / process_eager_draft / move_row (run_item.cuh).
+// max_draft, and process / process_verify / process_eager_draft / move_rows (run_item.cuh).
 #pragma once
 
 #include <replayssm/detail/ops.cuh>

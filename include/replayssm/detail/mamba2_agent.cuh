@@ -351,16 +351,17 @@ struct mamba2_agent {
     finish_cursor<Op, Branch>(p, arrival, slot, blocks_per_slot, n, commit, ck);
   }
 
-  /// op::accept and op::fork (row_item): copies buffered step `from` of `from_slot` to step `to`
-  /// of `to_slot`, the whole step (x and dt of every head, B of every group). Call from all
-  /// threads.
-  static REPLAYSSM_DEVICE void move_row(const params_t& p, int64_t from_slot, int from,
-                                        int64_t to_slot, int to) {
+  /// op::accept and op::fork (row_item): copies buffered steps `from` .. `from + count - 1` of
+  /// `from_slot` to steps `to` .. `to + count - 1` of `to_slot` (the two ranges must not
+  /// overlap), the whole steps (x and dt of every head, B of every group): one contiguous range
+  /// per array. Call from all threads.
+  static REPLAYSSM_DEVICE void move_rows(const params_t& p, int64_t from_slot, int from,
+                                         int64_t to_slot, int to, int count) {
     const int64_t H = p.nheads, G = p.ngroups;
     const int64_t f = buf_step(from_slot, from), d = buf_step(to_slot, to);
-    block_copy<NT>(p.buffer.x + d * H * P, p.buffer.x + f * H * P, H * P);
-    block_copy<NT>(p.buffer.B + d * G * N, p.buffer.B + f * G * N, G * N);
-    block_copy<NT>(p.buffer.dt + d * H, p.buffer.dt + f * H, H);
+    block_copy<NT>(p.buffer.x + d * H * P, p.buffer.x + f * H * P, count * H * P);
+    block_copy<NT>(p.buffer.B + d * G * N, p.buffer.B + f * G * N, count * G * N);
+    block_copy<NT>(p.buffer.dt + d * H, p.buffer.dt + f * H, count * H);
   }
 
   /// Row b's nd draft steps (input rows b * MaxDraft + d) in registers: B, C, this block's rows

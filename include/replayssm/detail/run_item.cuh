@@ -145,7 +145,7 @@ REPLAYSSM_DEVICE bool resolve_ckpt_slots(const Params& p, int b, int64_t slot, b
 }
 
 /// op::accept and op::fork for batch row b, by one block (row_kernel): neither touches state, so
-/// a row needs no per-head work items, only its buffered steps moved (`Agent::move_row`, every
+/// a row needs no per-head work items, only its buffered steps moved (`Agent::move_rows`, every
 /// head and group of a step at once, all threads) and its cursor set by the block itself.
 ///
 /// accept keeps row b's accepted drafts: they move to the buffer's tail (positions n, n + 1, ...)
@@ -153,7 +153,10 @@ REPLAYSSM_DEVICE bool resolve_ckpt_slots(const Params& p, int b, int64_t slot, b
 /// the window it folded) along the accepted path (`accepted_nodes`, trees) or in order (chains,
 /// `accepted_nodes` null); then cursor = n + accepted. A source never lies before its
 /// destination, but a later move may write where an earlier one read (a tree path 1, 2 with the
-/// drafts at n: move 0 reads n + 1, which move 1 writes), hence the barrier after each move.
+/// drafts at n: move 0 reads n + 1, which move 1 writes), hence the barrier after each move. A
+/// chain's drafts move only after a fold, from behind the folded window (at least K steps on) to
+/// step 0: two disjoint ranges, moved as one (a memory latency per array, not per draft and
+/// array: NOTES v26).
 /// fork makes slot `dst` (row b's) a branch of slot `branch.fork_src[b]`: its buffered steps
 /// and cursor are copied and it reads the same checkpoint. Fork after accept, not between a
 /// verification and its accept (drafts are not copied). Call from all threads.
@@ -174,12 +177,27 @@ REPLAYSSM_DEVICE void row_item(const typename Agent::params_t& p, int b) {
     if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
     if (p.spec.accepted_nodes && a > MaxDraft) a = MaxDraft;
     a = a < 0 ? 0 : (a > L - off ? L - off : a);
-    for (int k = 0; k < a; ++k) {
-      const int node =
-          p.spec.accepted_nodes ? p.spec.accepted_nodes[int64_t(b) * MaxDraft + k] : k;
-      if (node < k || off + node >= L || off + node == n + k) continue;  // malformed, or in place
-      Agent::move_row(p, slot, off + node, slot, n + k);
-      __syncthreads();  // this move lands before a later one could overwrite its source
+    if (!p.spec.accepted_nodes) {
+      // Chains: drafts 0 .. a - 1 sit at off .. off + a - 1 in order. In place (off == n: the
+      // row did not fold), or after a fold (off = the folded window's length >= K > a, n = 0),
+      // where the two ranges are disjoint: one copy of a steps, not a steps one by one (each a
+      // memory latency per array, with a barrier after each).
+      if (off != n && a > 0) {
+        if (off - n >= a)
+          Agent::move_rows(p, slot, off, slot, n, a);
+        else  // (overlapping ranges: a corrupt cursor only) step by step, in order
+          for (int k = 0; k < a; ++k) {
+            Agent::move_rows(p, slot, off + k, slot, n + k, 1);
+            __syncthreads();
+          }
+      }
+    } else {
+      for (int k = 0; k < a; ++k) {
+        const int node = p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
+        if (node < k || off + node >= L || off + node == n + k) continue;  // malformed, or in place
+        Agent::move_rows(p, slot, off + node, slot, n + k, 1);
+        __syncthreads();  // this move lands before a later one could overwrite its source
+      }
     }
     __syncthreads();  // every thread has read the cursor
     if (threadIdx.x == 0) p.cursors.cursor[slot] = n + a;
@@ -188,7 +206,7 @@ REPLAYSSM_DEVICE void row_item(const typename Agent::params_t& p, int b) {
     if (src < 0 || src >= p.state.num_slots || src == slot) return;
     const int n = buffered_steps<op::flush, K, L>(p.cursors.cursor[src]);
     const int32_t ckpt = p.branch.ckpt_of[src];
-    for (int j = 0; j < n; ++j) Agent::move_row(p, src, j, slot, j);  // (disjoint slots)
+    if (n > 0) Agent::move_rows(p, src, 0, slot, 0, n);  // (disjoint slots)
     if (threadIdx.x == 0) {
       p.cursors.cursor[slot] = n;
       p.branch.ckpt_of[slot] = ckpt;

@@ -636,11 +636,11 @@ struct slot_arrival {
 
 /// Copies `count` elements from `src` to `dst` (not overlapping) with the block's NT threads:
 /// 16 bytes per thread and load where both are 16-byte aligned and the span is whole 16-byte
-/// chunks, else one element per load; each thread requests up to 4 loads before it stores (one
-/// memory latency for a 16 KB step row at 256 threads). Call from all threads.
+/// chunks, else one element per load; each thread requests up to 8 loads before it stores (one
+/// memory latency for 32 KB at 256 threads, 16 KB at 128). Call from all threads.
 template <int NT, class V>
 REPLAYSSM_DEVICE void block_copy(V* __restrict__ dst, const V* __restrict__ src, int64_t count) {
-  constexpr int vec = 16 / sizeof(V), U = 4;
+  constexpr int vec = 16 / sizeof(V), U = 8;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src);
   if (addr % 16 == 0 && count % vec == 0) {
     uint4* d = reinterpret_cast<uint4*>(dst);
