@@ -177,23 +177,14 @@ REPLAYSSM_DEVICE void row_item(const typename Agent::params_t& p, int b) {
     if (p.spec.num_draft && a > p.spec.num_draft[b]) a = p.spec.num_draft[b];  // only drafts
     if (p.spec.accepted_nodes && a > MaxDraft) a = MaxDraft;
     a = a < 0 ? 0 : (a > L - off ? L - off : a);
-    if (!p.spec.accepted_nodes) {
-      // Chains: drafts 0 .. a - 1 sit at off .. off + a - 1 in order. In place (off == n: the
-      // row did not fold), or after a fold (off = the folded window's length >= K > a, n = 0),
-      // where the two ranges are disjoint: one copy of a steps, not a steps one by one (each a
-      // memory latency per array, with a barrier after each).
-      if (off != n && a > 0) {
-        if (off - n >= a)
-          Agent::move_rows(p, slot, off, slot, n, a);
-        else  // (overlapping ranges: a corrupt cursor only) step by step, in order
-          for (int k = 0; k < a; ++k) {
-            Agent::move_rows(p, slot, off + k, slot, n + k, 1);
-            __syncthreads();
-          }
-      }
+    const bool chain = !p.spec.accepted_nodes;  // drafts 0 .. a - 1 at off .. off + a - 1
+    if (chain && off != n && off - n >= a) {
+      // A chain after a fold (off = the folded window's length >= K > a, n = 0): two disjoint
+      // ranges, one copy of a steps (a memory latency per array, not per step and array).
+      Agent::move_rows(p, slot, off, slot, n, a);
     } else {
       for (int k = 0; k < a; ++k) {
-        const int node = p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
+        const int node = chain ? k : p.spec.accepted_nodes[int64_t(b) * MaxDraft + k];
         if (node < k || off + node >= L || off + node == n + k) continue;  // malformed, or in place
         Agent::move_rows(p, slot, off + node, slot, n + k, 1);
         __syncthreads();  // this move lands before a later one could overwrite its source
