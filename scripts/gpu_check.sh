@@ -17,15 +17,17 @@ bench="$BIN/bench_decode"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv
 tmp=$(mktemp -d)
 
-# The sections of the speculative test cases (tests/gpu/test_speculative.cu), "case<TAB>section" per
-# line: at full length each section runs for minutes, so they run as processes of their own.
+# The sections of the speculative test cases (tests/gpu/test_speculative.cu: the chain and tree
+# cases and the captured round), "case<TAB>section" per line: at full length each section runs for
+# minutes, so they run as processes of their own.
 spec_sections() {
   python3 - "$(dirname "${BASH_SOURCE[0]}")/../tests/gpu/test_speculative.cu" <<'PY'
 import re, sys
 src = open(sys.argv[1]).read()
 cases = list(re.finditer(r'TEST_CASE\(\s*"([^"]+)"', src))
 for k, m in enumerate(cases):
-    if not m.group(1).startswith(("speculative rounds verify", "token trees give")):
+    if not m.group(1).startswith(("speculative rounds verify", "token trees give",
+                                  "a captured speculative round")):
         continue
     body = src[m.end():cases[k + 1].start() if k + 1 < len(cases) else len(src)]
     # (a name split over adjacent string literals is joined, as the compiler joins it)
