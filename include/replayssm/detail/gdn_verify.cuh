@@ -363,9 +363,27 @@ struct gdn_verify_readout {
 #pragma unroll 1
     for (int i = threadIdx.x; i < nd * L; i += NT) {
       const int d = i / L, j = i % L;
-      if (j <= base + d) cp_async4(&s.c[d][j], ws + d * (KD + L) + KD + j);
+      if (j <= base + d) {
+        if constexpr (fast_readout)
+          cp_async4(&s.o[j * 4 + d], ws + d * (KD + L) + KD + j);  // cT[j][d]
+        else
+          cp_async4(&s.c[d][j], ws + d * (KD + L) + KD + j);
+      }
     }
   }
+
+  /// The readout of up to 4 drafts with one barrier per draft and the c-terms of all drafts in
+  /// one pass over j (readout_drafts; bench/experiments/gdn_readout_census_s27.md).
+  static constexpr bool fast_readout =
+      MaxDraft <= 4 && tile_t::lanes_per_row == 32 && 4 * L <= VT && NT == VT;
+  /// Free floats in s.k once the readout starts (16-bit inputs: its upper half; fp32 inputs: all).
+  static REPLAYSSM_DEVICE float* spare(shared_storage& s) {
+    if constexpr (std::is_same<T, float>::value)
+      return &s.k[0][0];
+    else
+      return &s.k[0][0] + L * KD / 2;
+  }
+  static constexpr int spare_floats = std::is_same<T, float>::value ? L * KD : L * KD / 2;
 
   /// The fold's partial sums (contract_cols' two halves of 2 x 512 floats, alternating steps, so a
   /// step needs one barrier): the last row of s.q, s.o, s.kh, s.u, then s.scratch, which lie
@@ -420,27 +438,88 @@ struct gdn_verify_readout {
     // per SM), so it keeps the per-draft form (168).
     constexpr bool step_out = MaxDraft <= 4;
     T* out = p.in.out + r0 * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x;
-    for (int d = 0; d < nd; ++d) {
-      tile.contract(s.q[d], s.o, s.scratch);  // (ends with a barrier)
-      if (threadIdx.x < VT) {
-        float o = s.o[threadIdx.x];
-        for (int j = 0; j <= base + d; ++j)
-          o = fmaf(s.c[d][j], to_float(vr[n - base + j][threadIdx.x]), o);
-        if constexpr (step_out) {
-          *out = from_float<T>(o);
-        } else {
-          const int64_t r = r0 + d;
-          p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
-              from_float<T>(o);
+    if constexpr (fast_readout) {
+      // Up to 4 drafts (gdn_readout_census_s27): each draft's contraction is the tile's warp
+      // partials summed over the warps in order (contract's arithmetic) with one barrier, the
+      // partials double-buffered (s.scratch, then spare s.k); then every draft's c-terms in one
+      // pass over j, c_d[j] staged transposed in s.o (copy_workspace), 4 accumulators: for each
+      // output the same FMAs in the same order as the per-draft loop below.
+      static_assert(spare_floats >= tile_t::scratch_floats,
+                    "gdn_verify_readout: the spare staging cannot hold the partial sums");
+      const int t = threadIdx.x;
+      float* const half1 = spare(s);
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int d = 0; d < MaxDraft; ++d) {
+        if (d < nd) {
+          float* part = (d & 1) ? half1 : s.scratch;
+          const float4 acc = tile.warp_partial(s.q[d]);
+          *reinterpret_cast<float4*>(part + (t >> 5) * VT + tile_t::col()) = acc;
+          __syncthreads();  // (the buffer is rewritten two drafts later, after another barrier)
+          float sum = 0.f;
+#pragma unroll
+          for (int w = 0; w < tile_t::warps; ++w) sum += part[w * VT + t];
+          o[d] = sum;
         }
       }
-      if constexpr (step_out) out += p.in.out_batch_stride;
-      __syncthreads();  // the next draft reuses o
+      const float4* cT = reinterpret_cast<const float4*>(s.o);
+      const V* vcol = &vr[n - base][t];
+#pragma unroll 4
+      for (int j = 0; j <= base; ++j) {  // the steps every draft's path takes
+        const float vj = to_float(vcol[j * VT]);
+        const float4 c = cT[j];
+        o[0] = fmaf(c.x, vj, o[0]);
+        o[1] = fmaf(c.y, vj, o[1]);
+        o[2] = fmaf(c.z, vj, o[2]);
+        o[3] = fmaf(c.w, vj, o[3]);
+      }
+#pragma unroll
+      for (int k = 1; k < MaxDraft; ++k) {  // draft k's step: on the paths of drafts k and later
+        if (k < nd) {
+          const float vj = to_float(vcol[(base + k) * VT]);
+          const float4 c = cT[base + k];
+          if (k <= 1) o[1] = fmaf(c.y, vj, o[1]);
+          if (k <= 2) o[2] = fmaf(c.z, vj, o[2]);
+          if (k <= 3) o[3] = fmaf(c.w, vj, o[3]);
+        }
+      }
+#pragma unroll
+      for (int d = 0; d < MaxDraft; ++d) {
+        if (d < nd) *out = from_float<T>(o[d]);
+        out += p.in.out_batch_stride;
+      }
+    } else {
+      for (int d = 0; d < nd; ++d) {
+        tile.contract(s.q[d], s.o, s.scratch);  // (ends with a barrier)
+        if (threadIdx.x < VT) {
+          float o = s.o[threadIdx.x];
+          for (int j = 0; j <= base + d; ++j)
+            o = fmaf(s.c[d][j], to_float(vr[n - base + j][threadIdx.x]), o);
+          if constexpr (step_out) {
+            *out = from_float<T>(o);
+          } else {
+            const int64_t r = r0 + d;
+            p.in.out[r * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x] =
+                from_float<T>(o);
+          }
+        }
+        if constexpr (step_out) out += p.in.out_batch_stride;
+        __syncthreads();  // the next draft reuses o
+      }
     }
     // Append the drafts' v, g and beta after the buffered (or folded) steps.
-    for (int i = threadIdx.x; i < nd * VT; i += NT)
-      p.buffer.v[((slot * L + n + i / VT) * Hv + hv) * VD + i % VT] =
-          from_float<T>(to_float(vr[n + i / VT][i % VT]));
+    if constexpr (NT == VT) {  // thread t: column t of each draft row, the address stepped by a row
+      T* bv = p.buffer.v + ((slot * L + n) * Hv + hv) * int64_t(VD) + threadIdx.x;
+      const int64_t vstep = int64_t(Hv) * VD;
+      for (int d = 0; d < nd; ++d) {
+        *bv = from_float<T>(to_float(vr[n + d][threadIdx.x]));
+        bv += vstep;
+      }
+    } else {
+      for (int i = threadIdx.x; i < nd * VT; i += NT)
+        p.buffer.v[((slot * L + n + i / VT) * Hv + hv) * VD + i % VT] =
+            from_float<T>(to_float(vr[n + i / VT][i % VT]));
+    }
     if (int(threadIdx.x) < nd) {
       p.buffer.g[(slot * L + n + threadIdx.x) * Hv + hv] = s.g[n + threadIdx.x];
       p.buffer.beta[(slot * L + n + threadIdx.x) * Hv + hv] = s.beta[n + threadIdx.x];
