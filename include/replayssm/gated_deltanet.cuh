@@ -128,7 +128,7 @@ struct gdn_params {
   /// verify_workspace_elems floats), then a readout grid, launched with programmatic dependent
   /// launch, streams the state and writes the outputs (rows that fold a window fold it there
   /// first). A workspace smaller than that is refused (bad_shape). H200, batch 256, Hv 64, T = 4:
-  /// the round 485 us against 608 without a workspace (kernels of 4d08063, README "Speculative
+  /// the round 454 us against 606 without a workspace (kernels of b13dcbe, README "Speculative
   /// decoding"). The rule's default policy qualifies.
   float* workspace = nullptr;
   /// Floats available at `workspace`: a launch that would use it checks this against

@@ -121,7 +121,7 @@ struct mamba2_params {
   /// products (@ref verify_workspace_elems floats, `[batch][ngroups][MaxDraft][BufferLen]`), then
   /// a readout grid of 128-thread blocks, launched with programmatic dependent launch, holds each
   /// (row, head) state in registers, folds a full window there, and writes the outputs. H200,
-  /// batch 256, T = 4: the round 447 us against 606 without a workspace (kernels of 4d08063, README
+  /// batch 256, T = 4: the round 446 us against 603 without a workspace (kernels of b13dcbe, README
   /// "Speculative decoding"). A workspace smaller than verify_workspace_elems is refused
   /// (bad_shape). Ignored by every other launch and by pipelined policies (PipelineStages >= 2).
   /// When it pays (H200, README "Performance"): from batch 64 up, most for 16- and 8-bit
