@@ -21,6 +21,15 @@ template <int Tn, int Kc = K>
 using m2pol = replay_policy<rules::mamba2<64, 128, T>, Kc - 1 + 2 * Tn, Kc>;
 template <int Tn, int Kc = K>
 using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, Kc - 1 + 2 * Tn, Kc>;
+// The same with a bf16 serving copy beside the fp32 checkpoint (precision::pair): the
+// verification reads the copy, a fold updates the master and rewrites the copy (the "_bf16copy"
+// rows; their outputs carry the copy's rounding, not fp32's: README "Precision pairs").
+template <int Tn>
+using m2pair =
+    replay_policy<rules::mamba2<64, 128, T>, K - 1 + 2 * Tn, K, precision::pair<__nv_bfloat16>>;
+template <int Tn>
+using gdnpair = replay_policy<rules::gated_deltanet<128, 128, T>, K - 1 + 2 * Tn, K,
+                              precision::pair<__nv_bfloat16>>;
 
 // Per-row counts on the device: num_draft = T for every row, and `sets` random acceptance
 // vectors (uniform in [1, T]) rotated over the rounds.
@@ -45,10 +54,15 @@ enum class kind { eager_round, replay_round, verify_nofold, verify_fold };
 /// it); otherwise no launch of the round gets one (verify_step and accept ignore it elsewhere).
 template <int Tn, class Setup>
 void run_round(benchmark::State& state, Setup& s, kind what, bool ws = false) {
-  constexpr int K = decltype(s.params(0))::policy::commit_interval;  // (this setup's)
+  using policy = typename decltype(s.params(0))::policy;
+  constexpr int K = policy::commit_interval;  // (this setup's)
   const bool replay = what != kind::eager_round;
   const bool with_accept = what == kind::replay_round;  // verify, then accept
   const bool verify_only = replay && !with_accept;      // verify alone, cursors reset
+  if (policy::has_serving_copy && !replay) {
+    state.SkipWithError("the eager round keeps one state: run it with the fp32 policy");
+    return;
+  }
   spec_counts counts(s.batch, Tn);
   dev_array<float> intermediate(replay ? 0 : size_t(s.batch) * Tn * s.state_elems());
   const state_pool_ref inter{intermediate.ptr, int64_t(s.state_elems()),
@@ -76,7 +90,7 @@ void run_round(benchmark::State& state, Setup& s, kind what, bool ws = false) {
         RBENCH_CHECK(cudaEventRecord(mid, stream));
         RBENCH_CHECK(accept(p, stream));
       }
-    } else {
+    } else if constexpr (!policy::has_serving_copy) {  // (a pair has no eager round)
       RBENCH_CHECK(eager_draft_step<Tn>(p, inter, stream));
     }
   };
@@ -100,19 +114,23 @@ void run_round(benchmark::State& state, Setup& s, kind what, bool ws = false) {
   }
   RBENCH_CHECK(cudaEventDestroy(mid));
   if (with_accept) state.counters["verify_us"] = 1e6 * verify_s / double(state.iterations());
-  // Bytes per row per round.
-  const double S = s.state_bytes(), bs = s.step_buffer_bytes(), io = s.io_bytes();
+  // Bytes per row per round. Outputs read the serving copy (the checkpoint itself unless the
+  // policy is a pair: Sc = S); a fold reads and writes the master, and a pair's also reads and
+  // rewrites the copy (bench_decode's bytes_per_row).
+  const double S = s.state_bytes(), Sc = s.serving_bytes(), bs = s.step_buffer_bytes();
+  const double io = s.io_bytes();
+  const double fold_state = policy::has_serving_copy ? 2 * S + 2 * Sc : 2 * S;
   double bytes;
   if (verify_only) {  // the state read (and written, folding), the buffered rows, the drafts
     const bool fold = what == kind::verify_fold;
-    bytes = (fold ? 2 : 1) * S + (n_fixed + Tn) * bs + Tn * io;
+    bytes = (fold ? fold_state : Sc) + (n_fixed + Tn) * bs + Tn * io;
   } else if (replay) {
     const double a = counts.mean_accepted, mean_buffered = (K - 1 + a) / 2.0;
     // The verification that finds K or more accepted steps buffered folds them (the window plus
     // the overshoot of the round that filled it: about K + (a - 1) / 2 steps, once every that
-    // many accepted steps) in its own pass over the state: one extra state write, no read.
+    // many accepted steps) in its own pass over the state: fold_state instead of the read.
     const double fold = K + (a - 1) / 2;
-    bytes = S + (mean_buffered + Tn) * bs + Tn * io + (a / fold) * S;
+    bytes = Sc + (mean_buffered + Tn) * bs + Tn * io + (a / fold) * (fold_state - Sc);
   } else {
     bytes = (1 + Tn) * S + Tn * io;
   }
@@ -161,6 +179,21 @@ void bm_gdn_ws(benchmark::State& state) {
   run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 
+/// The rounds with a bf16 serving copy (the fused verification: the split one takes fp32
+/// checkpoints without a copy).
+template <int Tn>
+void bm_mamba2_pair(benchmark::State& state) {
+  auto& s = cached_setup<rbench::mamba2_setup<m2pair<Tn>>>(int(state.range(0)), int(state.range(1)),
+                                                           256, 8);
+  run_round<Tn>(state, s, kind(state.range(2)));
+}
+template <int Tn>
+void bm_gdn_pair(benchmark::State& state) {
+  auto& s = cached_setup<rbench::gdn_setup<gdnpair<Tn>>>(int(state.range(0)), int(state.range(1)),
+                                                         256, 8);
+  run_round<Tn>(state, s, kind(state.range(2)));
+}
+
 /// One benchmark row: `name` runs `fn` with the arguments (a0, a1, kind), named `names`.
 void add_row(const std::string& name, void (*fn)(benchmark::State&),
              const std::vector<std::string>& names, int a0, int a1, int kind) {
@@ -199,6 +232,12 @@ void register_rounds() {
       for (int hv : {64, 32})
         add_row("spec/gdn/Hv" + std::to_string(hv) + "_Hk16_ws" + t + label, bm_gdn_ws<Tn>,
                 {"Hv", "Hk", "replay"}, hv, 16, replay);
+    if (replay != 0) {  // a bf16 serving copy (the eager round is the fp32 one above)
+      add_row("spec/mamba2/H128_G8_bf16copy" + t + label, bm_mamba2_pair<Tn>, {"H", "G", "replay"},
+              128, 8, replay);
+      add_row("spec/gdn/Hv64_Hk16_bf16copy" + t + label, bm_gdn_pair<Tn>, {"Hv", "Hk", "replay"},
+              64, 16, replay);
+    }
   }
 }
 

@@ -175,10 +175,11 @@ def main():
             if m:
                 rounds[(m.group(1), m.group(2), int(m.group(3)))][m.group(4)] = b
         # "<shape>_ws" rows (verify_step with a workspace: the split verification) and
-        # "<shape>_ws_K<k>" rows (the same at another commit interval) have no eager round of
+        # "<shape>_ws_K<k>" rows (the same at another commit interval) and "<shape>_bf16copy" rows
+        # (a bf16 serving copy beside the fp32 checkpoint) have no eager round of
         # their own: the eager round of <shape> is theirs (it writes a state per token: no K).
         for (rule, shape, t), r in rounds.items():
-            m = re.match(r"^(.*)_ws(_K\d+)?$", shape)
+            m = re.match(r"^(.*?)(?:_ws(?:_K\d+)?|_bf16copy)$", shape)
             base = rounds.get((rule, m.group(1), t), {}) if m else {}
             if "eager" not in r and "eager" in base:
                 r["eager"] = base["eager"]
