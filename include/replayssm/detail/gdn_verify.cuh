@@ -429,14 +429,12 @@ struct gdn_verify_readout {
   /// one pass over j (readout_drafts; bench/experiments/gdn_readout_census_s27.md).
   static constexpr bool fast_readout =
       MaxDraft <= 4 && tile_t::lanes_per_row == 32 && 4 * L <= VT && NT == VT;
-  /// Free floats in s.k once the readout starts (16-bit inputs: its upper half; fp32 inputs: all).
-  static REPLAYSSM_DEVICE float* spare(shared_storage& s) {
-    if constexpr (std::is_same<T, float>::value)
-      return &s.k[0][0];
-    else
-      return &s.k[0][0] + L * KD / 2;
-  }
+  /// Free floats in s.k once the readout starts (16-bit inputs: its upper half; fp32 inputs: all),
+  /// at its end.
   static constexpr int spare_floats = std::is_same<T, float>::value ? L * KD : L * KD / 2;
+  static REPLAYSSM_DEVICE float* spare(shared_storage& s) {
+    return &s.k[0][0] + (L * KD - spare_floats);
+  }
 
   /// The fold's partial sums (contract_cols' two halves of 2 x 512 floats, alternating steps, so a
   /// step needs one barrier): the last row of s.q, s.o, s.kh, s.u, then s.scratch, which lie
