@@ -49,7 +49,9 @@ run_cases() {
   # A process per filter: a templated case is selected by its type's name (the part after
   # " - "), which selects every test case over that type at once, so each filter runs once.
   local sections
-  sections=$(spec_sections)
+  # (a parse that fails, e.g. the source not found from a copied script, must stop the run: an
+  # empty job list would report "0 processes passed, 0 failed" and succeed)
+  sections=$(spec_sections) || { echo "error: cannot list the speculative sections" >&2; return 1; }
   mapfile -t jobs_list < <({ echo "$sections"
                             "$tests" --list-test-names-only | sed '/^$/d' | tac |
                               grep -vxF -f <(echo "$sections" | cut -f1 | sort -u) |
@@ -75,10 +77,11 @@ run_cases() {
     i=$((i + 1))
   done
   wait
-  local failed
+  local failed passed
   failed=$(grep -c "^exit [^0]" "$log")
-  echo "$(grep -c '^exit 0' "$log") processes passed, $failed failed ($log)"
-  [[ $failed -eq 0 ]]
+  passed=$(grep -c '^exit 0' "$log")
+  echo "$passed processes passed, $failed failed ($log)"
+  [[ $failed -eq 0 && $passed -gt 0 ]]  # a run with no job ran no test: a failure
 }
 
 rc=0
