@@ -187,11 +187,36 @@ void bm_mamba2_pair(benchmark::State& state) {
                                                            256, 8);
   run_round<Tn>(state, s, kind(state.range(2)));
 }
+/// The same with a workspace: the split verification where it takes the pair (rows that do not
+/// fold read the 16-bit copy).
+template <int Tn>
+void bm_mamba2_pair_ws(benchmark::State& state) {
+  auto& s = cached_setup<rbench::mamba2_setup<m2pair<Tn>>>(int(state.range(0)), int(state.range(1)),
+                                                           256, 8);
+  run_round<Tn>(state, s, kind(state.range(2)), true);
+}
 template <int Tn>
 void bm_gdn_pair(benchmark::State& state) {
   auto& s = cached_setup<rbench::gdn_setup<gdnpair<Tn>>>(int(state.range(0)), int(state.range(1)),
                                                          256, 8);
   run_round<Tn>(state, s, kind(state.range(2)));
+}
+/// The same with a workspace: the split verification where it takes the pair (gdn_verify.cuh:
+/// rows that do not fold read the 16-bit copy; folds write master and copy), the workspace grown
+/// to verify_workspace_elems floats as bm_gdn_ws's. (run_round's bytes charge a pair's fold the
+/// fused path's copy read, which the split path does too: 2 S + 2 Sc.)
+template <int Tn>
+void bm_gdn_pair_ws(benchmark::State& state) {
+  using P = gdnpair<Tn>;
+  auto& s = cached_setup<rbench::gdn_setup<P>>(int(state.range(0)), int(state.range(1)), 256, 8);
+  const size_t need = size_t(gdn_params<P>::verify_workspace_elems(s.batch, s.H, Tn));
+  if (s.ws.n < need) {  // (still enough for decode_step: verify needs more)
+    RBENCH_CHECK(cudaFree(s.ws.ptr));
+    s.ws.ptr = nullptr;
+    RBENCH_CHECK(cudaMalloc(&s.ws.ptr, need * sizeof(float)));
+    s.ws.n = need;
+  }
+  run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 
 /// One benchmark row: `name` runs `fn` with the arguments (a0, a1, kind), named `names`.
@@ -235,8 +260,14 @@ void register_rounds() {
     if (replay != 0) {  // a bf16 serving copy (the eager round is the fp32 one above)
       add_row("spec/mamba2/H128_G8_bf16copy" + t + label, bm_mamba2_pair<Tn>, {"H", "G", "replay"},
               128, 8, replay);
+      if constexpr (replayssm::detail::mamba2_verify_split_supported<m2pair<Tn>>::value)
+        add_row("spec/mamba2/H128_G8_bf16copy_ws" + t + label, bm_mamba2_pair_ws<Tn>,
+                {"H", "G", "replay"}, 128, 8, replay);
       add_row("spec/gdn/Hv64_Hk16_bf16copy" + t + label, bm_gdn_pair<Tn>, {"Hv", "Hk", "replay"},
               64, 16, replay);
+      if constexpr (replayssm::detail::gdn_verify_split_supported<gdnpair<Tn>>::value)
+        add_row("spec/gdn/Hv64_Hk16_bf16copy_ws" + t + label, bm_gdn_pair_ws<Tn>,
+                {"Hv", "Hk", "replay"}, 64, 16, replay);
     }
   }
 }

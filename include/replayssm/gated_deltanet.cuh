@@ -121,7 +121,8 @@ struct gdn_params {
   /// 16- and 8-bit serving states gain more; at K = 8 the split step was slower (808ff01: 345
   /// vs 323 us; 330 with it on 188aafe); below `split_min_batch` rows the launch ignores it (the
   /// fused kernel measured faster at batch 1 and 8).
-  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, kv layout,
+  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, or an fp32
+  /// master with a bf16 / fp16 serving copy: rows that do not fold read the copy; kv layout,
   /// head_k_dim == head_v_dim == 128, Tile == head_v_dim, BlockThreads 128, no pipeline,
   /// BufferLen <= 32) and the launch does not branch (`branch.ckpt_of` null): a kernel per
   /// (row, k head) runs the drafts' backward sweeps of its value heads into it (@ref

@@ -115,7 +115,8 @@ struct mamba2_params {
   /// (non-commit) row as two kernels: a small one per batch row computes the weights, then the
   /// decode grid, launched with programmatic dependent launch (sm_90+), streams the state and
   /// reads them (rows that commit keep the fused path). Null (the default): one fused kernel.
-  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, HeadDim 64,
+  /// verify_step<MaxDraft> uses it where the policy allows it (precision::fp32, or an fp32
+  /// master with a bf16 / fp16 serving copy: rows that do not fold read the copy; HeadDim 64,
   /// DState 128, Tile == HeadDim: the rule's defaults; no pipeline) and the launch does not
   /// branch (`branch.ckpt_of` null): a kernel per (row, group) computes the drafts' B . C dot
   /// products (@ref verify_workspace_elems floats, `[batch][ngroups][MaxDraft][BufferLen]`), then

@@ -363,13 +363,15 @@ TEST_CASE("mamba2 launcher checks report what is wrong", "[cpu][checks][mamba2]"
     using vpol = replay_policy<rules::mamba2<64, 128, float>, 23, 16>;
     using vpol128 = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32, 64, 128>;
     using vpair = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32_bf16>;
+    using vpair8 = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32_fp8>;
     using vtiles = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32, 32>;
     static_assert(detail::mamba2_verify_split_supported<vpol>::value &&
-                      detail::mamba2_verify_split_supported<vpol128>::value,
-                  "the split verification");
-    static_assert(!detail::mamba2_verify_split_supported<vpair>::value &&
+                      detail::mamba2_verify_split_supported<vpol128>::value &&
+                      detail::mamba2_verify_split_supported<vpair>::value,
+                  "the split verification (16-bit serving copies included)");
+    static_assert(!detail::mamba2_verify_split_supported<vpair8>::value &&
                       !detail::mamba2_verify_split_supported<vtiles>::value,
-                  "pairs and several tiles per head: fused");
+                  "8-bit (scaled) copies and several tiles per head: fused");
     CHECK(mamba2_params<vpol>::verify_workspace_elems(512, 8, 4) == 512LL * 8 * 4 * 23);
     auto p = valid_mamba2<vpol>();
     p.spec.num_draft = fake_i;
@@ -470,16 +472,19 @@ TEST_CASE("the gated deltanet split verification checks its workspace", "[cpu][c
   // fp32, kv, Tile == head_v_dim == 128, 128 threads: verify_step uses the workspace
   // (gdn_verify.cuh); the vk layout and 256 threads keep the fused verification.
   using vpol = replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16>;
-  static_assert(detail::gdn_verify_split_supported<vpol>::value, "the split verification");
+  // Pairs: a 16-bit serving copy takes the split verification; an 8-bit one (row scales) not.
+  using vpair = replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16, precision::fp32_bf16>;
+  using vpair8 =
+      replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16, precision::fp32_int8>;
+  static_assert(detail::gdn_verify_split_supported<vpol>::value &&
+                    detail::gdn_verify_split_supported<vpair>::value,
+                "the split verification (16-bit serving copies included)");
+  static_assert(!detail::gdn_verify_split_supported<vpair8>::value, "an 8-bit copy: fused");
   static_assert(!detail::gdn_verify_split_supported<gvkpol>::value, "vk: fused");
-  static_assert(!detail::gdn_verify_split_supported<
-                    replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16, precision::fp32,
-                                  128, 256>>::value,
-                "256 threads: fused");
-  static_assert(!detail::gdn_verify_split_supported<
-                    replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16,
-                                  precision::fp32_bf16>>::value,
-                "a serving copy: fused");
+  static_assert(
+      !detail::gdn_verify_split_supported<replay_policy<rules::gated_deltanet<128, 128, float>, 23,
+                                                        16, precision::fp32, 128, 256>>::value,
+      "256 threads: fused");
   CHECK(gdn_params<vpol>::verify_workspace_elems(512, 64, 4) == 512LL * 64 * 4 * (128 + 23));
   auto p = valid_gdn<vpol>();
   p.spec.num_draft = fake_i;

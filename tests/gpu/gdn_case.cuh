@@ -100,17 +100,24 @@ struct gdn_case {
     out_r = dev_array<T>(hv.size());
     out_e = dev_array<T>(hv.size());
   }
+  /// Every slot's memory (download_slot_memory): checkpoints, buffers, cursor, arrivals and, for
+  /// pairs, the serving copy (and an 8-bit copy's row scales), as mamba2_case's.
   std::vector<rtest::slot_region> slot_regions() const {
     const int Hk = cfg.num_k_heads, Hv = cfg.num_v_heads;
-    return {{pool_r.ptr, state_elems() * 4},
-            {pool_e.ptr, state_elems() * 4},
-            {bk.ptr, size_t(L) * Hk * KD * sizeof(T)},
-            {bks.ptr, size_t(L) * Hk * 4},
-            {bv.ptr, size_t(L) * Hv * VD * sizeof(T)},
-            {bg.ptr, size_t(L) * Hv * 4},
-            {bbeta.ptr, size_t(L) * Hv * 4},
-            {cursor.ptr, 4},
-            {arrivals.ptr, 4}};
+    std::vector<rtest::slot_region> r{{pool_r.ptr, state_elems() * 4},
+                                      {pool_e.ptr, state_elems() * 4},
+                                      {bk.ptr, size_t(L) * Hk * KD * sizeof(T)},
+                                      {bks.ptr, size_t(L) * Hk * 4},
+                                      {bv.ptr, size_t(L) * Hv * VD * sizeof(T)},
+                                      {bg.ptr, size_t(L) * Hv * 4},
+                                      {bbeta.ptr, size_t(L) * Hv * 4},
+                                      {cursor.ptr, 4},
+                                      {arrivals.ptr, 4}};
+    if constexpr (Policy::has_serving_copy)
+      r.push_back({serving_r.ptr, state_elems() * sizeof(typename Policy::serving_type)});
+    if constexpr (Policy::scaled_copy)
+      r.push_back({serving_scale_r.ptr, serving_scales_per_slot() * 4});
+    return r;
   }
   ref_state random_state(std::mt19937_64& rng) const {
     std::normal_distribution<double> nd(0, 0.3);

@@ -16,9 +16,10 @@ struct is_gdn_case<rtest::gdn_case<P>> : std::true_type {};
 
 /// The split verification (params with a workspace) against the fused one (the same params
 /// without it) from the same outputs, checkpoints, buffers and cursors: every slot's memory
-/// (the case's slot_regions: checkpoints, buffers, cursor, arrivals) must come out byte-identical,
-/// and for Gated DeltaNet the outputs too (gdn_verify.cuh's contract; the Mamba-2 readout sums
-/// the outputs in another order, mamba2_verify.cuh: the caller checks them against float64).
+/// (the case's slot_regions: checkpoints, buffers, cursor, arrivals; pairs: the serving copy)
+/// must come out byte-identical, and for Gated DeltaNet the outputs too (gdn_verify.cuh's
+/// contract; the Mamba-2 readout sums the outputs in another order, mamba2_verify.cuh: the caller
+/// checks them against float64).
 /// Leaves the device as the split verification left it (the workspace NaN-poisoned before it:
 /// it must write what it reads).
 template <int MaxDraft, class Case, class Params>
@@ -297,6 +298,23 @@ using gdn_pair =
 using m2_pair8 = replay_policy<rules::mamba2<64, 128, float>, 23, 16, precision::fp32_fp8>;
 using gdn_pair8 =
     replay_policy<rules::gated_deltanet<128, 128, float>, 23, 16, precision::fp32_int8>;
+// 16-bit serving copies in the gated deltanet split verification (gdn_verify.cuh): rows that do
+// not fold read the copy, a fold reads the master and writes master and copy (the fused path's
+// bits: slot memory, serving copy included, and outputs identical). gdn_pair (fp32 inputs, fp16
+// copy) is one too; bf16 inputs + bf16 copy (the bench's pair), fp32 inputs + bf16 copy at
+// MaxDraft 8 (the readout's per-draft form, held to 3 blocks per SM), bf16 inputs + fp16 copy.
+using gdn_pair_bf16 =
+    replay_policy<rules::gated_deltanet<128, 128, __nv_bfloat16>, 24, 16, precision::fp32_bf16>;
+using gdn_pair_t8 =
+    replay_policy<rules::gated_deltanet<128, 128, float>, 32, 16, precision::fp32_bf16>;
+using gdn_pair16_bf16in =
+    replay_policy<rules::gated_deltanet<128, 128, __nv_bfloat16>, 24, 16, precision::fp32_fp16>;
+static_assert(detail::gdn_verify_split_supported<gdn_pair>::value &&
+                  detail::gdn_verify_split_supported<gdn_pair_bf16>::value &&
+                  detail::gdn_verify_split_supported<gdn_pair_t8>::value &&
+                  detail::gdn_verify_split_supported<gdn_pair16_bf16in>::value &&
+                  !detail::gdn_verify_split_supported<gdn_pair8>::value,
+              "the gated deltanet split verification takes 16-bit serving copies, not 8-bit ones");
 using gdn_tiles =
     replay_policy<rules::gated_deltanet<128, 128, float>, 24, 16, precision::fp32, 64, 128>;
 // With a workspace, verify_step of an fp32 policy with headdim 64, dstate 128 and Tile == HeadDim
@@ -307,11 +325,27 @@ using m2_bf16 = replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16>;
 // suffix-scan chunk (decay_weights' second chunk; the readout's prefetched dots cover the first).
 using m2_long = replay_policy<rules::mamba2<64, 128, float>, 37, 30>;
 using m2_f16 = replay_policy<rules::mamba2<64, 128, __half>, 24, 16>;
+// 16-bit serving copies in the split verification: rows that do not fold read the copy, a fold
+// reads the master and writes master and copy (the fused path's bits: slot memory identical).
+// Inputs of the copy's type take the tensor-core G step (split_verify_serving_copy_m2_mma.patch);
+// m2_pair (fp32 inputs) and m2_pair16_bf16in (bf16 inputs, fp16 copy) the widened FFMA one.
+using m2_pair_bf16 =
+    replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16, precision::fp32_bf16>;
+using m2_pair_t8 =
+    replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 31, 16, precision::fp32_bf16>;
+using m2_pair_f16 = replay_policy<rules::mamba2<64, 128, __half>, 24, 16, precision::fp32_fp16>;
+using m2_pair16_bf16in =
+    replay_policy<rules::mamba2<64, 128, __nv_bfloat16>, 24, 16, precision::fp32_fp16>;
 static_assert(detail::mamba2_verify_split_supported<m2>::value &&
                   detail::mamba2_verify_split_supported<m2_bf16>::value &&
                   detail::mamba2_verify_split_supported<m2_f16>::value &&
                   detail::mamba2_verify_split_supported<m2_long>::value &&
-                  !detail::mamba2_verify_split_supported<m2_pair>::value &&
+                  detail::mamba2_verify_split_supported<m2_pair>::value &&
+                  detail::mamba2_verify_split_supported<m2_pair_bf16>::value &&
+                  detail::mamba2_verify_split_supported<m2_pair_t8>::value &&
+                  detail::mamba2_verify_split_supported<m2_pair_f16>::value &&
+                  detail::mamba2_verify_split_supported<m2_pair16_bf16in>::value &&
+                  !detail::mamba2_verify_split_supported<m2_pair8>::value &&
                   !detail::mamba2_verify_split_supported<m2_tiles>::value,
               "the split verification's test policies must select it (and only those)");
 
@@ -364,6 +398,29 @@ TEST_CASE("speculative rounds verify every draft position and accept the verifie
     c.use_workspace = true;
     run_spec_rounds<4>(c, rounds, rng);
   }
+  SECTION(
+      "gated deltanet bf16 inputs + bf16 copy 4/16 kv, split verification (workspace), "
+      "drafts up to 4") {
+    // Four value heads per k head (the sweep's four chains a warp), the copy read as bits and
+    // widened; folds write master and copy.
+    rtest::gdn_case<gdn_pair_bf16> c(4, 16);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION(
+      "gated deltanet fp32 master + bf16 copy 4/8 kv, split verification (workspace), "
+      "drafts up to 8") {
+    rtest::gdn_case<gdn_pair_t8> c(4, 8);
+    c.use_workspace = true;
+    run_spec_rounds<8>(c, rounds, rng);
+  }
+  SECTION(
+      "gated deltanet bf16 inputs + fp16 copy 2/40 kv, split verification (workspace), "
+      "drafts up to 2") {
+    rtest::gdn_case<gdn_pair16_bf16in> c(2, 40);
+    c.use_workspace = true;
+    run_spec_rounds<2>(c, rounds, rng);
+  }
   SECTION("mamba2 bf16 inputs, two tiles per head") {
     rtest::mamba2_case<m2_tiles> c(32, 4, true);
     run_spec_rounds<4>(c, rounds, rng);
@@ -379,6 +436,31 @@ TEST_CASE("speculative rounds verify every draft position and accept the verifie
   SECTION("mamba2 fp32 master + fp8 copy, drafts up to 4") {
     rtest::mamba2_case<m2_pair8> c(32, 4, true);
     run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION("mamba2 fp32 master + bf16 copy, split verification (workspace), drafts up to 4") {
+    rtest::mamba2_case<m2_pair> c(32, 4, true);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION("mamba2 bf16 inputs + bf16 copy, split verification (workspace), drafts up to 4") {
+    rtest::mamba2_case<m2_pair_bf16> c(32, 4, true);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION("mamba2 bf16 inputs + bf16 copy, split verification (workspace), drafts up to 8") {
+    rtest::mamba2_case<m2_pair_t8> c(128, 8, true);
+    c.use_workspace = true;
+    run_spec_rounds<8>(c, rounds, rng);
+  }
+  SECTION("mamba2 fp16 inputs + fp16 copy, no z, split verification (workspace), drafts up to 4") {
+    rtest::mamba2_case<m2_pair_f16> c(32, 4, false);
+    c.use_workspace = true;
+    run_spec_rounds<4>(c, rounds, rng);
+  }
+  SECTION("mamba2 bf16 inputs + fp16 copy, split verification (workspace), drafts up to 2") {
+    rtest::mamba2_case<m2_pair16_bf16in> c(16, 2, true);
+    c.use_workspace = true;
+    run_spec_rounds<2>(c, rounds, rng);
   }
   SECTION("mamba2 split verification (workspace), drafts up to 8") {
     rtest::mamba2_case<m2> c(128, 8, true);
@@ -476,6 +558,20 @@ TEST_CASE("token trees give every node its path output and the accepted path bec
   }
   SECTION("gated deltanet fp32 master + int8 copy, trees of up to 4 drafts") {
     rtest::gdn_case<gdn_pair8> c(4, 8);
+    run_spec_rounds<4, true>(c, rounds, rng);
+  }
+  SECTION(
+      "gated deltanet fp32 master + fp16 copy, split verification (workspace), trees of up "
+      "to 4 drafts") {
+    rtest::gdn_case<gdn_pair> c(4, 8);
+    c.use_workspace = true;
+    run_spec_rounds<4, true>(c, rounds, rng);
+  }
+  SECTION(
+      "gated deltanet bf16 inputs + bf16 copy, split verification (workspace), trees of up "
+      "to 4 drafts") {
+    rtest::gdn_case<gdn_pair_bf16> c(4, 16);
+    c.use_workspace = true;
     run_spec_rounds<4, true>(c, rounds, rng);
   }
   SECTION("mamba2 split verification (workspace), trees of up to 8 drafts") {

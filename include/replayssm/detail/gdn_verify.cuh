@@ -44,6 +44,13 @@
 //    against it at base 0 as above; the drafts' v, g, beta appended at n + d and the row's last
 //    block sets folded_cursor(n) (as process_verify). Checkpoint, outputs, buffer and cursor end
 //    up bit-identical to the fused path's.
+//    With a 16-bit serving copy (precision::pair<bf16 / fp16>) the tile requested first is the
+//    copy's (as run_item's load_copy: 8 bytes per fragment, held as bits until the staging
+//    barrier, then widened, exactly): a row that does not fold reads its drafts against it. A row
+//    that folds then requests the fp32 master instead (reload_master: the copy's bits are
+//    dropped), folds it as above and stores the master, then the copy from the same registers
+//    (store_checkpoint's store_copy: round to nearest per element, the same bits); its drafts read
+//    the fp32 folded registers, as the fused path's do.
 //
 // Races: the sweep grid reads every listed row's cursor and triggers only after that read passed
 // a block barrier, so the readout blocks that fold (and set their row's cursor at the end) start
@@ -62,13 +69,18 @@ namespace detail {
 
 /// Whether `verify_step` of `Policy` runs the split verification when `params.workspace` is set
 /// (and the launch does not branch): an fp32 checkpoint (precision::fp32: no serving copy, no
-/// scales), the kv layout, head_k_dim == head_v_dim == 128, one tile per value head
-/// (`Tile == head_v_dim`), 128 threads per block, no pipeline, BufferLen <= 32.
+/// scales; or an fp32 master with an unscaled 16-bit serving copy, precision::pair<bf16 / fp16>:
+/// rows that do not fold read the copy, folding rows read the master and write both; 8-bit copies
+/// keep the fused path, whose row scales the readout does not handle), the kv layout,
+/// head_k_dim == head_v_dim == 128, one tile per value head (`Tile == head_v_dim`), 128 threads
+/// per block, no pipeline, BufferLen <= 32.
 template <class Policy>
 struct gdn_verify_split_supported {
   using rule = typename Policy::rule;
   static constexpr bool value =
-      std::is_same<typename Policy::master_type, float>::value && !Policy::has_serving_copy &&
+      std::is_same<typename Policy::master_type, float>::value &&
+      (!Policy::has_serving_copy ||
+       (sizeof(typename Policy::serving_type) == 2 && !Policy::scaled_copy)) &&
       !Policy::scaled_state && rule::layout == state_layout::kv && rule::head_k_dim == 128 &&
       rule::head_v_dim == 128 && Policy::tile == rule::head_v_dim && Policy::block_threads == 128 &&
       Policy::pipeline_stages < 2 && Policy::buffer_len <= 32;
@@ -398,10 +410,46 @@ struct gdn_verify_readout {
   static_assert(gdn_verify_split_supported<Policy>::value && VT == VD && NT == 128,
                 "gated_deltanet split verification: unsupported policy (see "
                 "gdn_verify_split_supported)");
+  /// A 16-bit serving copy (precision::pair<bf16 / fp16>): the outputs of a row that does not
+  /// fold read it; a fold reads the fp32 master and writes both.
+  static constexpr bool pair = Policy::has_serving_copy;
+  using S = typename Policy::serving_type;  ///< (pairs: the copy's type)
+
+  /// A pair's serving copy tile as bits, from its request to the staging barrier: fragment r, the
+  /// four values at the tile's own (row(r), col()), as one 8-byte load (a warp's 32 loads of a
+  /// row fill its 256 bytes: whole sectors), 64 registers instead of the widened tile's 128 while
+  /// the rest is requested and staged. Widened, they are exactly the registers tile_t::load of the
+  /// copy (load_state4<S>, run_item's load_copy) gives.
+  struct copy_bits {
+    uint2 w[tile_t::frags];
+    /// `base`: element (0, 0) of the tile in the copy (16-bit, 8-byte aligned: the launch
+    /// validates 4-element alignment and strides).
+    REPLAYSSM_DEVICE void load(const S* base, int64_t row_stride) {
+#pragma unroll
+      for (int r = 0; r < tile_t::frags; ++r)
+        w[r] = __ldcs(
+            reinterpret_cast<const uint2*>(base + tile_t::row(r) * row_stride + tile_t::col()));
+    }
+    /// The values as floats into `tile` (frag_get: a shift or a mask per bf16 value, a
+    /// conversion per fp16 one; exact, the same floats as to_float).
+    REPLAYSSM_DEVICE void widen(tile_t& tile) const {
+#pragma unroll
+      for (int r = 0; r < tile_t::frags; ++r) {
+        const uint4 f = make_uint4(w[r].x, w[r].y, 0u, 0u);
+        tile.v[r] =
+            make_float4(frag_get<S>(f, 0), frag_get<S>(f, 1), frag_get<S>(f, 2), frag_get<S>(f, 3));
+      }
+    }
+  };
+  /// Nothing without a copy (the fp32 readout keeps its code).
+  struct no_copy_bits {};
   /// Resident blocks per SM the registers must allow: as the fused verification (3, 168
   /// registers, up to 4 drafts; unbounded above, where ptxas also settles at 168 for bf16 inputs
-  /// at MaxDraft 8 since folding rows run fold_row: 255 with process_verify).
-  static constexpr int min_blocks_per_sm = fused::min_blocks_per_sm;
+  /// at MaxDraft 8 since folding rows run fold_row: 255 with process_verify). Pairs are held to 3
+  /// at every MaxDraft: unbounded, their MaxDraft 8 readouts took 255 registers (2 blocks per
+  /// SM; ptxas, bf16 and fp32 inputs), under the bound 168 with no spill.
+  static constexpr int min_blocks_per_sm =
+      Policy::has_serving_copy && fused::min_blocks_per_sm == 0 ? 3 : fused::min_blocks_per_sm;
 
   /// r_d into s.q[d] and c_d[j] (j <= base + d) into s.c[d], as the fused sweep leaves them
   /// there (`base`: n, or 0 after a fold): asynchronous 4-byte copies from the workspace (the
@@ -467,6 +515,25 @@ struct gdn_verify_readout {
     const float4 u = make_float4(bj * (vj.x - alpha * kh.x), bj * (vj.y - alpha * kh.y),
                                  bj * (vj.z - alpha * kh.z), bj * (vj.w - alpha * kh.w));
     tile.rank1_cols(alpha, s.k[j], u);  // rank1(alpha, k_j, u, 1)
+  }
+
+  /// Pairs: a folded tile stored as store_checkpoint stores it, the master (`master`, fp32, as
+  /// tile_t::store) and the copy (`copy`: store_state4<S>, from_float per element, round to
+  /// nearest, 8-byte evict-first stores: the fused store_copy's bits), fragment by fragment: each
+  /// fragment's conversion is stored as soon as it is formed. (Stored a whole tile after the
+  /// other, ptxas formed the copy's values ahead and the fp32-input MaxDraft 8 readout spilled 332
+  /// bytes; after the drafts' readout MaxDraft 2 spilled 4.) Nothing in the launch reads either.
+  static REPLAYSSM_DEVICE void store_master_and_copy(const tile_t& tile, float* master,
+                                                     int64_t master_stride, S* copy,
+                                                     int64_t copy_stride) {
+    static_assert(tile_t::offset_rows, "fragment r lies row_offset(r) rows below fragment 0");
+    float* const m = master + tile_t::row(0) * master_stride + tile_t::col();
+    S* const c = copy + tile_t::row(0) * copy_stride + tile_t::col();
+#pragma unroll
+    for (int r = 0; r < tile_t::frags; ++r) {
+      store_state4(m + tile_t::row_offset(r) * master_stride, tile.v[r]);
+      store_state4(c + tile_t::row_offset(r) * copy_stride, tile.v[r]);
+    }
   }
 
   /// The fused path's readout of the drafts against `tile`, then their appends (as
@@ -577,13 +644,14 @@ struct gdn_verify_readout {
     }
   }
 
-  /// A row that folds (n >= K buffered steps), with the state tile requested: what
-  /// process_verify does for it, bit for bit (checkpoint, outputs, buffer, cursor), in the
-  /// readout's structure: every input requested at once (cp.async into shared memory, no
-  /// registers), the window folded in registers (fold_step), the checkpoint stored, then the
-  /// drafts read against it as a non-folding row at base 0 (their r_d and c_d from the sweep
-  /// grid, which swept them alone for this row), and the row's last block sets folded_cursor(n).
-  /// The drafts' k and factors were appended by the sweep grid. `nd`: num_draft[b] as read.
+  /// A row that folds (n >= K buffered steps), with the state tile requested (pairs: the fp32
+  /// master): what process_verify does for it, bit for bit (checkpoint, outputs, buffer, cursor;
+  /// pairs: the serving copy too), in the readout's structure: every input requested at once
+  /// (cp.async into shared memory, no registers), the window folded in registers (fold_step),
+  /// the checkpoint stored (pairs: master, then copy), then the drafts read against it as a
+  /// non-folding row at base 0 (their r_d and c_d from the sweep grid, which swept them alone for
+  /// this row), and the row's last block sets folded_cursor(n). The drafts' k and factors were
+  /// appended by the sweep grid. `nd`: num_draft[b] as read.
   static REPLAYSSM_DEVICE void fold_row(shared_storage& s, const params_t& p, int b, int hv,
                                         int64_t slot, int n, int nd, tile_t& tile) {
     const int Hk = p.num_k_heads, Hv = p.num_v_heads;
@@ -658,7 +726,13 @@ struct gdn_verify_readout {
       // branch, on the non-folding path too (48-56 B at MaxDraft 2 and 4, bf16 inputs).
       float* ckpt = fused::tile_ptr(p.state, slot, hv, 0);
       asm volatile("" : "+l"(ckpt));
-      tile.store(ckpt, p.state.row_stride);
+      if constexpr (pair) {  // master and copy (the copy's address hidden the same way)
+        S* copy = fused::tile_ptr(p.serving, slot, hv, 0);
+        asm volatile("" : "+l"(copy));
+        store_master_and_copy(tile, ckpt, p.state.row_stride, copy, p.serving.row_stride);
+      } else {
+        tile.store(ckpt, p.state.row_stride);
+      }
     }
     // The drafts at base 0: r_d and c_d (j <= d) from the workspace, then the fused path's own
     // readout against the folded tile, v_j of draft j in s.v[n + j].
@@ -678,13 +752,22 @@ struct gdn_verify_readout {
     const int64_t slot = fused::slot_of(p, b);
     if (slot == p.rows.null_slot) return;
     // The state tile first, as run_item requests it (fp32 checkpoint, not branching: the master
-    // at the row's own slot), before the cursor read it does not depend on.
+    // at the row's own slot; pairs: the serving copy, what the outputs of a row that does not fold
+    // read, as bits), before the cursor read it does not depend on.
     tile_t tile;
-    tile.load(fused::tile_ptr(p.state, slot, hv, 0), p.state.row_stride);
+    [[maybe_unused]] std::conditional_t<pair, copy_bits, no_copy_bits> bits;
+    if constexpr (pair)
+      bits.load(fused::tile_ptr(p.serving, slot, hv, 0), p.serving.row_stride);
+    else
+      tile.load(fused::tile_ptr(p.state, slot, hv, 0), p.state.row_stride);
     const int n = buffered_steps<op::verify, K, L>(p.cursors.cursor[slot]);
     // The draft count, for both paths (read-only: __ldg; ptxas requests it with the tile).
     int nd = __ldg(p.spec.num_draft + b);
     if (n >= K) {  // a row that folds: process_verify's results in the readout's structure
+      // Pairs: the fold reads the master (the fused path's reload_master; the copy's bits go
+      // unused, as its load_copy's values), requested before fold_row's staging, so that the
+      // two are in flight together.
+      if constexpr (pair) tile.load(fused::tile_ptr(p.state, slot, hv, 0), p.state.row_stride);
       fold_row(s, p, b, hv, slot, n, nd, tile);
       return;
     }
@@ -739,6 +822,9 @@ struct gdn_verify_readout {
     }
     cp_async_wait_all();
     __syncthreads();
+    // Pairs: the copy's values widened only now (its 64 registers of bits, not 128, were live
+    // through the staging).
+    if constexpr (pair) bits.widen(tile);
     // The fused path's readout, draft by draft, with v_j[v] = to_float(vr[j][v]) (what the fused
     // path stages in s.v: the same floats, the same order), and its appends (v through float and
     // back, exactly as the fused path).

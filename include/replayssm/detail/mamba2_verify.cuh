@@ -67,17 +67,21 @@ namespace detail {
 
 /// Whether `verify_step` of `Policy` runs the split verification when `params.workspace` is set
 /// (and the launch does not branch): an fp32 checkpoint (precision::fp32: no serving copy, no
-/// scales), headdim 64 and dstate 128, one tile per head (`Tile == HeadDim`, the default tile
+/// scales; or an fp32 master with a 16-bit serving copy, precision::pair<bf16 / fp16>: rows that
+/// do not fold read the copy, folding rows read the master and write both), headdim 64 and
+/// dstate 128, one tile per head (`Tile == HeadDim`, the default tile
 /// for headdim 64), no pipeline. The readout runs 128-thread blocks whatever the policy's
 /// BlockThreads (its four warps take 16 rows of headdim each), so the rule's default policy
 /// qualifies.
 template <class Policy>
 struct mamba2_verify_split_supported {
   using rule = typename Policy::rule;
-  static constexpr bool value = std::is_same<typename Policy::master_type, float>::value &&
-                                !Policy::has_serving_copy && !Policy::scaled_state &&
-                                rule::dstate == 128 && rule::headdim == 64 &&
-                                Policy::tile == rule::headdim && Policy::pipeline_stages < 2;
+  static constexpr bool value =
+      std::is_same<typename Policy::master_type, float>::value &&
+      (!Policy::has_serving_copy ||
+       (sizeof(typename Policy::serving_type) == 2 && !Policy::scaled_copy)) &&
+      !Policy::scaled_state && rule::dstate == 128 && rule::headdim == 64 &&
+      Policy::tile == rule::headdim && Policy::pipeline_stages < 2;
 };
 
 /// Threads of a coefficient block (one block per (group, batch row)).
@@ -206,6 +210,78 @@ struct mamba2_verify_readout {
   static constexpr int OPT = NT / P;            // threads per output row p (drafts split over)
   static constexpr int DPT = (MaxDraft + OPT - 1) / OPT;  // drafts (outputs) per thread
   static constexpr int V = N / 16;                        // 16-byte loads per state row and lane
+  /// A 16-bit serving copy (precision::pair<bf16 / fp16>): outputs of rows that do not fold read
+  /// it; a fold reads the fp32 master and writes both.
+  static constexpr bool pair = Policy::has_serving_copy;
+  using S = typename Policy::serving_type;
+  /// Element (16 warp + gi, 4 t) of head h's serving copy in pool slot `slot` (pairs).
+  static REPLAYSSM_DEVICE S* copy_row(const params_t& p, int64_t slot, int64_t h, int warp, int gi,
+                                      int t) {
+    return fused::tile_ptr(p.serving, slot, int(h), 0) +
+           int64_t(16 * warp + gi) * p.serving.row_stride + 4 * t;
+  }
+  /// Pairs whose inputs have the copy's type (bf16 copy and bf16 inputs, fp16 and fp16), at most
+  /// 8 drafts: a row that does not fold computes G_d = h . C_d on tensor cores from the copy's
+  /// bits (mma m16n8k16, fp32 accumulation; C_d as given, so every product is exact); the
+  /// registers already hold the A fragments (see g_mma).
+  static constexpr bool mma_g = pair && std::is_same<S, T>::value && MaxDraft <= 8;
+  /// mma_g: where the copy's bits wait for the G step: in h0 / h1's .x / .y (the registers a
+  /// folding row uses for its fp32 tile; separate arrays spilled 8-32 bytes at MaxDraft 2 / 4)
+  /// or in their own arrays (MaxDraft 8: the other way spilled 8 bytes).
+  static constexpr bool mma_bits_in_h = MaxDraft <= 4;
+  /// Two 16-bit values (exact: staged from inputs of type S) packed into a word, `lo` low.
+  static REPLAYSSM_DEVICE uint32_t pack2(float lo, float hi) {  // (one cvt.rn.{bf16,f16}x2)
+    uint32_t w;
+    if constexpr (std::is_same<S, __nv_bfloat16>::value) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+      w = *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+      const __half2 v = __floats2half2_rn(lo, hi);
+      w = *reinterpret_cast<const uint32_t*>(&v);
+    }
+    return w;
+  }
+  /// s.y[d][16 warp + gi (+ 8)] = G_d of this warp's rows, d < nd, from the copy's bits
+  /// (`frag(i)`: rows gi, gi + 8, columns 16 i + 4 t + {0..3}). mma.m16n8k16 with k permuted
+  /// inside each 16-column block: the lane's columns 4t, 4t+1 are k slots 2t, 2t+1 and 4t+2,
+  /// 4t+3 are 2t+8, 2t+9 (a permutation of a sum: the same contraction), so the A fragment is
+  /// {row gi word 0, row gi + 8 word 0, row gi word 1, row gi + 8 word 1} as loaded, and the B
+  /// fragment of draft n = gi is C_gi at the same columns (0 for gi >= nd). D: rows gi / gi + 8,
+  /// drafts 2t, 2t + 1.
+  template <class Frag>
+  static REPLAYSSM_DEVICE void g_mma(shared_storage& s, Frag frag, int nd, int warp, int gi,
+                                     int t) {
+    float c0 = 0.f, c1 = 0.f, c2 = 0.f, c3 = 0.f;
+    const float* const c = s.C[gi < MaxDraft ? gi : 0] + 4 * t;
+    const bool on = gi < nd;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      float4 cv = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (on) cv = *reinterpret_cast<const float4*>(c + 16 * i);
+      const uint32_t b0 = pack2(cv.x, cv.y), b1 = pack2(cv.z, cv.w);
+      const uint4 a = frag(i);
+      if constexpr (std::is_same<S, __nv_bfloat16>::value)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+            : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+      else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+            : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+    }
+    const int d = 2 * t, r0 = 16 * warp + gi;
+    if (d < nd) s.y[d][r0] = c0, s.y[d][r0 + 8] = c2;
+    if (d + 1 < nd) s.y[d + 1][r0] = c1, s.y[d + 1][r0 + 8] = c3;
+  }
+  /// Four consecutive 16-bit copy values from their bits (one 8-byte load), as floats (exact).
+  static REPLAYSSM_DEVICE float4 copy4(uint2 w) {
+    const uint4 f = make_uint4(w.x, w.y, 0u, 0u);
+    return make_float4(frag_get<S>(f, 0), frag_get<S>(f, 1), frag_get<S>(f, 2), frag_get<S>(f, 3));
+  }
   static_assert(mamba2_verify_split_supported<Policy>::value,
                 "mamba2_verify_readout: policy not supported (see mamba2_verify_split_supported)");
   static_assert(NT % P == 0 && P == 16 * (NT / 32), "mamba2_verify_readout: 16 rows per warp");
@@ -316,14 +392,45 @@ struct mamba2_verify_readout {
     const int gi = lane >> 2, t = lane & 3;
     const bool fold = n >= K;
     // 1. The state tile: rows 16 warp + gi (h0) and + 8 (h1), columns 16 i + 4 t + {0..3}.
+    // Pairs (a 16-bit serving copy): a row that does not fold reads the copy (what the fused
+    // path's outputs read), one 8-byte load per (row, i), kept as bits (half the registers
+    // while the rest is staged) and widened after the staging barrier; a row that folds reads
+    // the master instead (the fused path reads the copy, then reloads the master: the copy is
+    // not needed).
     float* const row = fused::tile_ptr(p.state, slot, int(h), 0) +
                        int64_t(16 * warp + gi) * p.state.row_stride + 4 * t;
     float* const row8 = row + 8 * p.state.row_stride;
     float4 h0[V], h1[V];
+    [[maybe_unused]] uint2 q0[V], q1[V];  // pairs, a row that does not fold: the copy's bits
+    if constexpr (pair) {
+      if (fold) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
-      h1[i] = __ldcs(reinterpret_cast<const float4*>(row8 + 16 * i));
+        for (int i = 0; i < V; ++i) {
+          h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
+          h1[i] = __ldcs(reinterpret_cast<const float4*>(row8 + 16 * i));
+        }
+      } else {
+        const S* const crow = copy_row(p, slot, h, warp, gi, t);
+        const S* const crow8 = crow + 8 * p.serving.row_stride;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          if constexpr (mma_g && mma_bits_in_h) {  // the bits in h0 / h1's .x and .y
+            const uint2 u0 = __ldcs(reinterpret_cast<const uint2*>(crow + 16 * i));
+            const uint2 u1 = __ldcs(reinterpret_cast<const uint2*>(crow8 + 16 * i));
+            h0[i].x = __uint_as_float(u0.x), h0[i].y = __uint_as_float(u0.y);
+            h1[i].x = __uint_as_float(u1.x), h1[i].y = __uint_as_float(u1.y);
+          } else {
+            q0[i] = __ldcs(reinterpret_cast<const uint2*>(crow + 16 * i));
+            q1[i] = __ldcs(reinterpret_cast<const uint2*>(crow8 + 16 * i));
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        h0[i] = __ldcs(reinterpret_cast<const float4*>(row + 16 * i));
+        h1[i] = __ldcs(reinterpret_cast<const float4*>(row8 + 16 * i));
+      }
     }
     // 2. The buffered x rows j < n (16-byte loads; with their B rows when the row folds) and the
     // drafts' x, C and dt, all requested before any is used (one memory latency), staged into
@@ -398,6 +505,15 @@ struct mamba2_verify_readout {
     }
     __syncthreads();
     fused agent{s};
+    if constexpr (pair && !mma_g) {
+      if (!fold) {  // the copy's values, widened (exact): the fused path's load_copy
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          h0[i] = copy4(q0[i]);
+          h1[i] = copy4(q1[i]);
+        }
+      }
+    }
     if (fold) {
       // 3. The window folded into the tile as fold_window does it: 16-bit B as floats; c_j =
       // dt_j exp(A sum_{i > j} dt_i) by thread j (its own walk over the later steps, in
@@ -446,6 +562,18 @@ struct mamba2_verify_readout {
         *reinterpret_cast<float4*>(row + 16 * i) = h0[i];
         *reinterpret_cast<float4*>(row8 + 16 * i) = h1[i];
       }
+      if constexpr (pair) {
+        // The copy regenerated from the folded fp32 values (store_checkpoint's store_copy:
+        // from_float per element, the same bits); the outputs below read the fp32 values, as
+        // the fused path's draft_outputs read its folded tile.
+        S* const crow = copy_row(p, slot, h, warp, gi, t);
+        S* const crow8 = crow + 8 * p.serving.row_stride;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          store_state4(crow + 16 * i, h0[i]);
+          store_state4(crow8 + 16 * i, h1[i]);
+        }
+      }
     }
     // With a warp per draft (MaxDraft <= 4), each warp's dots (step j at lane j) are requested
     // now, so that their latency overlaps the G loop; the wait delays only the first wave of
@@ -474,8 +602,25 @@ struct mamba2_verify_readout {
       }
     }
     // 4. G_d[p] = h[p, :] . C_d into s.y[d][p]: the lane's 32 values of each row, then the sum
-    // over the 4 lanes t of its group (which together hold the row's 128 columns).
-    for (int d = 0; d < nd; ++d) {
+    // over the 4 lanes t of its group (which together hold the row's 128 columns). (mma_g, a row
+    // that does not fold: on tensor cores from the copy's bits, g_mma.)
+    if constexpr (mma_g) {
+      if (!fold) {
+        if constexpr (mma_bits_in_h)
+          g_mma(
+              s,
+              [&](int i) {
+                return make_uint4(__float_as_uint(h0[i].x), __float_as_uint(h1[i].x),
+                                  __float_as_uint(h0[i].y), __float_as_uint(h1[i].y));
+              },
+              nd, warp, gi, t);
+        else
+          g_mma(
+              s, [&](int i) { return make_uint4(q0[i].x, q1[i].x, q0[i].y, q1[i].y); }, nd, warp,
+              gi, t);
+      }
+    }
+    for (int d = 0; d < ((mma_g && !fold) ? 0 : nd); ++d) {
       const float* c = s.C[d] + 4 * t;
       float a0 = 0.f, a1 = 0.f, e0 = 0.f, e1 = 0.f;  // (two chains per row)
 #pragma unroll
