@@ -443,14 +443,6 @@ struct gdn_verify_readout {
   };
   /// Nothing without a copy (the fp32 readout keeps its code).
   struct no_copy_bits {};
-  /// Resident blocks per SM the registers must allow: as the fused verification (3, 168
-  /// registers, up to 4 drafts; unbounded above, where ptxas also settles at 168 for bf16 inputs
-  /// at MaxDraft 8 since folding rows run fold_row: 255 with process_verify). Pairs are held to 3
-  /// at every MaxDraft: unbounded, their MaxDraft 8 readouts took 255 registers (2 blocks per
-  /// SM; ptxas, bf16 and fp32 inputs), under the bound 168 with no spill.
-  static constexpr int min_blocks_per_sm =
-      Policy::has_serving_copy && fused::min_blocks_per_sm == 0 ? 3 : fused::min_blocks_per_sm;
-
   /// r_d into s.q[d] and c_d[j] (j <= base + d) into s.c[d], as the fused sweep leaves them
   /// there (`base`: n, or 0 after a fold): asynchronous 4-byte copies from the workspace (the
   /// sweep grid's words, unchanged), all in flight at once. Call after pdl_wait;
@@ -466,22 +458,49 @@ struct gdn_verify_readout {
       const int d = i / L, j = i % L;
       if (j <= base + d) {
         if constexpr (fast_readout)
-          cp_async4(&s.o[j * 4 + d], ws + d * (KD + L) + KD + j);  // cT[j][d]
+          cp_async4(&s.o[j * CW + d], ws + d * (KD + L) + KD + j);  // cT[j][d]
         else
           cp_async4(&s.c[d][j], ws + d * (KD + L) + KD + j);
       }
     }
   }
 
-  /// The readout of up to 4 drafts with one barrier per draft and the c-terms of all drafts in
-  /// one pass over j (readout_drafts; bench/experiments/gdn_readout_census_s27.md).
-  static constexpr bool fast_readout =
-      MaxDraft <= 4 && tile_t::lanes_per_row == 32 && 4 * L <= VT && NT == VT;
-  /// Free floats in s.k once the readout starts (16-bit inputs: its upper half; fp32 inputs: all),
-  /// at its end.
-  static constexpr int spare_floats = std::is_same<T, float>::value ? L * KD : L * KD / 2;
+  /// The readout of up to 8 drafts with one barrier per draft and the c-terms of all drafts in
+  /// one pass over j (readout_drafts; bench/experiments/gdn_readout_census_s27.md, _s28.md):
+  /// c_d[j] staged transposed from s.o on, CW floats a step (cT[j][d]); beyond 4 drafts also in
+  /// s.kh and s.u, which follow s.o in the fused agent's storage and are free in the readout.
+  static constexpr int CW = MaxDraft <= 4 ? 4 : 8;
+  static constexpr bool o_kh_u_contiguous =
+      offsetof(shared_storage, kh) == offsetof(shared_storage, o) + sizeof(float) * VT &&
+      offsetof(shared_storage, u) == offsetof(shared_storage, kh) + sizeof(float) * VT;
+  static constexpr bool fast_readout = MaxDraft <= 8 && tile_t::lanes_per_row == 32 && NT == VT &&
+                                       CW * L <= (o_kh_u_contiguous ? 3 : 1) * VT;
+  /// Resident blocks per SM the registers must allow: 3 (168 registers) for the fast readout, up
+  /// to 4 drafts as the fused verification; at MaxDraft 8 the fast readout takes 168 registers
+  /// under the bound, 0 spills (bench/experiments/gdn_readout_census_s28.md: 168 unbounded too,
+  /// but with worse code). Above 8 drafts unbounded (as the fused verification), except for
+  /// pairs, held to 3 at every MaxDraft: unbounded, their MaxDraft 8 readouts took 255 registers
+  /// (2 blocks per SM; ptxas, bf16 and fp32 inputs), under the bound 168 with no spill.
+  static constexpr int min_blocks_per_sm =
+      fast_readout || Policy::has_serving_copy ? 3 : fused::min_blocks_per_sm;
+  /// Free floats in s.k once the readout starts (16-bit inputs: its upper half; fp32 inputs: all).
   static REPLAYSSM_DEVICE float* spare(shared_storage& s) {
     return &s.k[0][0] + (L * KD - spare_floats);
+  }
+  static constexpr int spare_floats = std::is_same<T, float>::value ? L * KD : L * KD / 2;
+  /// A row with MaxDraft drafts forms their warp partials in one pass over the tile for each 4
+  /// drafts (readout_drafts; gdn_readout_census_s28), draft d's in part_of(d): in s.v where no
+  /// rows are read from it (16-bit inputs, a row that does not fold), else in s.k, the last in
+  /// s.scratch where they do not all fit.
+  static constexpr int part_room = L * (VT < KD ? VT : KD);
+  static constexpr bool one_pass = fast_readout && MaxDraft <= 4 && tile_t::rows4 &&
+                                   (MaxDraft - 1) * tile_t::scratch_floats <= part_room;
+  template <class V>
+  static REPLAYSSM_DEVICE float* part_of(shared_storage& s, int d) {
+    float* const room =
+        std::is_same<V, T>::value && !std::is_same<T, float>::value ? &s.v[0][0] : &s.k[0][0];
+    return (d + 1) * tile_t::scratch_floats <= part_room ? room + d * tile_t::scratch_floats
+                                                         : s.scratch;
   }
 
   /// The fold's partial sums (contract_cols' two halves of 2 x 512 floats, alternating steps, so a
@@ -552,53 +571,112 @@ struct gdn_verify_readout {
     // draft: formed per draft, ptxas re-read b (S2UR), the row stride (LDC) and tid (S2R)
     // inside the draft loop and formed the address after the c-term sum, on each draft's path
     // to its barrier (since the fold moved into fold_row: bench/experiments/
-    // gdn_nofold_restore.md). At MaxDraft 8 the stepped pointer takes 175 registers (2 blocks
-    // per SM), so it keeps the per-draft form (168).
+    // gdn_nofold_restore.md). At MaxDraft 8 the per-draft loop's stepped pointer took 175
+    // registers (2 blocks per SM), so that loop (now above 8 drafts) keeps the per-draft form;
+    // the fast readout steps it after every contraction (the tile's registers free).
     constexpr bool step_out = MaxDraft <= 4;
     T* out = p.in.out + r0 * p.in.out_batch_stride + hv * p.in.out_head_stride + threadIdx.x;
     if constexpr (fast_readout) {
-      // Up to 4 drafts (gdn_readout_census_s27): each draft's contraction is the tile's warp
-      // partials summed over the warps in order (contract's arithmetic) with one barrier, the
-      // partials double-buffered (s.scratch, then spare s.k); then every draft's c-terms in one
-      // pass over j, c_d[j] staged transposed in s.o (copy_workspace), 4 accumulators: for each
-      // output the same FMAs in the same order as the per-draft loop below.
+      // Up to 8 drafts (gdn_readout_census_s27, _s28): each draft's contraction is the tile's
+      // warp partials summed over the warps in order (contract's arithmetic); a row with MaxDraft
+      // drafts forms them in one pass over the tile for each 4 drafts and sums them after one
+      // barrier, other rows draft by draft with one barrier each, the partials double-buffered
+      // (s.scratch, then spare s.k); then every draft's c-terms in one pass over j, c_d[j] staged
+      // transposed in s.o (copy_workspace), CW accumulators: for each output the same FMAs in the
+      // same order as the per-draft loop below.
       static_assert(spare_floats >= tile_t::scratch_floats,
                     "gdn_verify_readout: the spare staging cannot hold the partial sums");
       const int t = threadIdx.x;
       float* const half1 = spare(s);
-      float o[4] = {0.f, 0.f, 0.f, 0.f};
+      float o[CW];
 #pragma unroll
-      for (int d = 0; d < MaxDraft; ++d) {
-        if (d < nd) {
-          float* part = (d & 1) ? half1 : s.scratch;
-          const float4 acc = tile.warp_partial(s.q[d]);
-          *reinterpret_cast<float4*>(part + (t >> 5) * VT + tile_t::col()) = acc;
-          __syncthreads();  // (the buffer is rewritten two drafts later, after another barrier)
+      for (int d = 0; d < CW; ++d) o[d] = 0.f;
+      if (one_pass && nd == MaxDraft) {
+        // Each 4 drafts' warp partials in one pass over the tile's registers (a register read
+        // once for them; per draft warp_partial's FMAs in its order), each draft's in its own
+        // part_of(d); one barrier for all, then each draft's sum over the warps in order.
+        constexpr int G = MaxDraft < 4 ? MaxDraft : 4;
+        const float4* q4 = reinterpret_cast<const float4*>(&s.q[0][tile_t::row(0)]);
+#pragma unroll
+        for (int g = 0; g < MaxDraft; g += G) {
+          float4 acc[G];
+#pragma unroll
+          for (int d = 0; d < G; ++d) acc[d] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+          for (int r = 0; r < tile_t::frags; r += 4) {  // (warp_partial's for_rows, rows4)
+#pragma unroll
+            for (int d = 0; d < G; ++d) {
+              const float4 e = q4[(g + d) * (KD / 4) + r / 4];
+              acc[d] = fma4(e.x, tile.v[r], acc[d]);
+              acc[d] = fma4(e.y, tile.v[r + 1], acc[d]);
+              acc[d] = fma4(e.z, tile.v[r + 2], acc[d]);
+              acc[d] = fma4(e.w, tile.v[r + 3], acc[d]);
+            }
+          }
+#pragma unroll
+          for (int d = 0; d < G; ++d)
+            *reinterpret_cast<float4*>(part_of<V>(s, g + d) + (t >> 5) * VT + tile_t::col()) =
+                acc[d];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int d = 0; d < MaxDraft; ++d) {
+          const float* part = part_of<V>(s, d);
           float sum = 0.f;
 #pragma unroll
           for (int w = 0; w < tile_t::warps; ++w) sum += part[w * VT + t];
           o[d] = sum;
         }
+      } else {
+#pragma unroll
+        for (int d = 0; d < MaxDraft; ++d) {
+          if (d < nd) {
+            float* part = (d & 1) ? half1 : s.scratch;
+            const float4 acc = tile.warp_partial(s.q[d]);
+            *reinterpret_cast<float4*>(part + (t >> 5) * VT + tile_t::col()) = acc;
+            __syncthreads();  // (the buffer is rewritten two drafts later, after another barrier)
+            float sum = 0.f;
+#pragma unroll
+            for (int w = 0; w < tile_t::warps; ++w) sum += part[w * VT + t];
+            o[d] = sum;
+          }
+        }
       }
+      constexpr int CQ = CW / 4;  // float4s of cT a step
       const float4* cT = reinterpret_cast<const float4*>(s.o);
       const V* vcol = &vr[n - base][t];
 #pragma unroll 4
       for (int j = 0; j <= base; ++j) {  // the steps every draft's path takes
         const float vj = to_float(vcol[j * VT]);
-        const float4 c = cT[j];
-        o[0] = fmaf(c.x, vj, o[0]);
-        o[1] = fmaf(c.y, vj, o[1]);
-        o[2] = fmaf(c.z, vj, o[2]);
-        o[3] = fmaf(c.w, vj, o[3]);
-      }
 #pragma unroll
-      for (int k = 1; k < MaxDraft; ++k) {  // draft k's step: on the paths of drafts k and later
+        for (int q = 0; q < CQ; ++q) {
+          const float4 c = cT[j * CQ + q];
+          o[4 * q] = fmaf(c.x, vj, o[4 * q]);
+          o[4 * q + 1] = fmaf(c.y, vj, o[4 * q + 1]);
+          o[4 * q + 2] = fmaf(c.z, vj, o[4 * q + 2]);
+          o[4 * q + 3] = fmaf(c.w, vj, o[4 * q + 3]);
+        }
+      }
+      // Draft k's step (k > 0): on the paths of drafts k and later. Draft k's v (that float, for
+      // k = 0 read again) appended at buffer step n + k, the address stepped by a row.
+      T* bv = p.buffer.v + ((slot * L + n) * Hv + hv) * int64_t(VD) + t;
+      const int64_t vstep = int64_t(Hv) * VD;
+#pragma unroll
+      for (int k = 0; k < MaxDraft; ++k) {
         if (k < nd) {
           const float vj = to_float(vcol[(base + k) * VT]);
-          const float4 c = cT[base + k];
-          if (k <= 1) o[1] = fmaf(c.y, vj, o[1]);
-          if (k <= 2) o[2] = fmaf(c.z, vj, o[2]);
-          if (k <= 3) o[3] = fmaf(c.w, vj, o[3]);
+#pragma unroll
+          for (int q = k / 4; q < CQ && k > 0; ++q) {
+            const float4 c4 = cT[(base + k) * CQ + q];
+            const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int d = 4 * q + e;
+              if (d >= k && d < MaxDraft) o[d] = fmaf(c[e], vj, o[d]);
+            }
+          }
+          *bv = from_float<T>(vj);
+          bv += vstep;
         }
       }
 #pragma unroll
@@ -626,7 +704,10 @@ struct gdn_verify_readout {
       }
     }
     // Append the drafts' v, g and beta after the buffered (or folded) steps.
-    if constexpr (NT == VT) {  // thread t: column t of each draft row, the address stepped by a row
+    if constexpr (fast_readout) {
+      // (the drafts' v: with their c-terms, above)
+    } else if constexpr (NT == VT) {
+      // thread t: column t of each draft row, the address stepped by a row
       T* bv = p.buffer.v + ((slot * L + n) * Hv + hv) * int64_t(VD) + threadIdx.x;
       const int64_t vstep = int64_t(Hv) * VD;
       for (int d = 0; d < nd; ++d) {
