@@ -24,11 +24,11 @@ using gdnpol = replay_policy<rules::gated_deltanet<128, 128, T>, Kc - 1 + 2 * Tn
 // The same with a bf16 serving copy beside the fp32 checkpoint (precision::pair): the
 // verification reads the copy, a fold updates the master and rewrites the copy (the "_bf16copy"
 // rows; their outputs carry the copy's rounding, not fp32's: README "Precision pairs").
-template <int Tn>
+template <int Tn, int Kc = K>
 using m2pair =
-    replay_policy<rules::mamba2<64, 128, T>, K - 1 + 2 * Tn, K, precision::pair<__nv_bfloat16>>;
-template <int Tn>
-using gdnpair = replay_policy<rules::gated_deltanet<128, 128, T>, K - 1 + 2 * Tn, K,
+    replay_policy<rules::mamba2<64, 128, T>, Kc - 1 + 2 * Tn, Kc, precision::pair<__nv_bfloat16>>;
+template <int Tn, int Kc = K>
+using gdnpair = replay_policy<rules::gated_deltanet<128, 128, T>, Kc - 1 + 2 * Tn, Kc,
                               precision::pair<__nv_bfloat16>>;
 
 // Per-row counts on the device: num_draft = T for every row, and `sets` random acceptance
@@ -179,20 +179,21 @@ void bm_gdn_ws(benchmark::State& state) {
   run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 
-/// The rounds with a bf16 serving copy (the fused verification: the split one takes fp32
-/// checkpoints without a copy).
+/// The rounds with a bf16 serving copy, without a workspace (the fused verification).
 template <int Tn>
 void bm_mamba2_pair(benchmark::State& state) {
   auto& s = cached_setup<rbench::mamba2_setup<m2pair<Tn>>>(int(state.range(0)), int(state.range(1)),
                                                            256, 8);
   run_round<Tn>(state, s, kind(state.range(2)));
 }
-/// The same with a workspace: the split verification where it takes the pair (rows that do not
-/// fold read the 16-bit copy).
-template <int Tn>
+/// The same with a workspace: the split verification (rows that do not fold read the 16-bit
+/// copy; folds write master and copy).
+template <int Tn, int Kc = K>
 void bm_mamba2_pair_ws(benchmark::State& state) {
-  auto& s = cached_setup<rbench::mamba2_setup<m2pair<Tn>>>(int(state.range(0)), int(state.range(1)),
-                                                           256, 8);
+  static_assert(replayssm::detail::mamba2_verify_split_supported<m2pair<Tn, Kc>>::value,
+                "the _bf16copy_ws rows measure the split verification");
+  auto& s = cached_setup<rbench::mamba2_setup<m2pair<Tn, Kc>>>(int(state.range(0)),
+                                                               int(state.range(1)), 256, 8);
   run_round<Tn>(state, s, kind(state.range(2)), true);
 }
 template <int Tn>
@@ -201,13 +202,15 @@ void bm_gdn_pair(benchmark::State& state) {
                                                          256, 8);
   run_round<Tn>(state, s, kind(state.range(2)));
 }
-/// The same with a workspace: the split verification where it takes the pair (gdn_verify.cuh:
-/// rows that do not fold read the 16-bit copy; folds write master and copy), the workspace grown
-/// to verify_workspace_elems floats as bm_gdn_ws's. (run_round's bytes charge a pair's fold the
-/// fused path's copy read, which the split path does too: 2 S + 2 Sc.)
-template <int Tn>
+/// The same with a workspace: the split verification (gdn_verify.cuh: rows that do not fold read
+/// the 16-bit copy; folds write master and copy), the workspace grown to verify_workspace_elems
+/// floats as bm_gdn_ws's. (run_round's bytes charge a pair's fold the fused path's copy read,
+/// which the split path does too: 2 S + 2 Sc.)
+template <int Tn, int Kc = K>
 void bm_gdn_pair_ws(benchmark::State& state) {
-  using P = gdnpair<Tn>;
+  using P = gdnpair<Tn, Kc>;
+  static_assert(replayssm::detail::gdn_verify_split_supported<P>::value,
+                "the _bf16copy_ws rows measure the split verification");
   auto& s = cached_setup<rbench::gdn_setup<P>>(int(state.range(0)), int(state.range(1)), 256, 8);
   const size_t need = size_t(gdn_params<P>::verify_workspace_elems(s.batch, s.H, Tn));
   if (s.ws.n < need) {  // (still enough for decode_step: verify needs more)
@@ -229,14 +232,24 @@ void add_row(const std::string& name, void (*fn)(benchmark::State&),
       ->Unit(benchmark::kMicrosecond);
 }
 
-/// The commit interval for speculative decoding: Mamba-2 rounds with a workspace at K = Kc
-/// (rows "spec/mamba2/H128_G8_ws_K<Kc>/T<Tn>/replay_round"; the eager round is K's own row).
-/// A longer window folds less often (one fold per K accepted tokens) but replays more steps.
+/// The commit interval for speculative decoding: rounds with a workspace at K = Kc (rows
+/// "spec/mamba2/H128_G8_ws_K<Kc>/T<Tn>/replay_round", the same for "_bf16copy_ws", and
+/// "spec/gdn/Hv64_Hk16_bf16copy_ws_K<Kc>/..." where the GDN split takes the buffer, L <= 32; the
+/// eager round is K's own row). A longer window folds less often (one fold per K accepted
+/// tokens) but replays more steps; with a serving copy the folds are the larger share of a round.
 template <int Tn, int Kc>
 void register_interval() {
-  add_row(
-      "spec/mamba2/H128_G8_ws_K" + std::to_string(Kc) + "/T" + std::to_string(Tn) + "/replay_round",
-      bm_mamba2_ws<Tn, Kc>, {"H", "G", "replay"}, 128, 8, int(kind::replay_round));
+  const std::string tail = "_K" + std::to_string(Kc) + "/T" + std::to_string(Tn) + "/replay_round";
+  const int round = int(kind::replay_round);
+  if constexpr (replayssm::detail::mamba2_verify_split_supported<m2pol<Tn, Kc>>::value)
+    add_row("spec/mamba2/H128_G8_ws" + tail, bm_mamba2_ws<Tn, Kc>, {"H", "G", "replay"}, 128, 8,
+            round);
+  if constexpr (replayssm::detail::mamba2_verify_split_supported<m2pair<Tn, Kc>>::value)
+    add_row("spec/mamba2/H128_G8_bf16copy_ws" + tail, bm_mamba2_pair_ws<Tn, Kc>,
+            {"H", "G", "replay"}, 128, 8, round);
+  if constexpr (replayssm::detail::gdn_verify_split_supported<gdnpair<Tn, Kc>>::value)
+    add_row("spec/gdn/Hv64_Hk16_bf16copy_ws" + tail, bm_gdn_pair_ws<Tn, Kc>, {"Hv", "Hk", "replay"},
+            64, 16, round);
 }
 
 template <int Tn>
@@ -260,14 +273,13 @@ void register_rounds() {
     if (replay != 0) {  // a bf16 serving copy (the eager round is the fp32 one above)
       add_row("spec/mamba2/H128_G8_bf16copy" + t + label, bm_mamba2_pair<Tn>, {"H", "G", "replay"},
               128, 8, replay);
-      if constexpr (replayssm::detail::mamba2_verify_split_supported<m2pair<Tn>>::value)
-        add_row("spec/mamba2/H128_G8_bf16copy_ws" + t + label, bm_mamba2_pair_ws<Tn>,
-                {"H", "G", "replay"}, 128, 8, replay);
+      add_row("spec/mamba2/H128_G8_bf16copy_ws" + t + label, bm_mamba2_pair_ws<Tn>,
+              {"H", "G", "replay"}, 128, 8, replay);
       add_row("spec/gdn/Hv64_Hk16_bf16copy" + t + label, bm_gdn_pair<Tn>, {"Hv", "Hk", "replay"},
               64, 16, replay);
-      if constexpr (replayssm::detail::gdn_verify_split_supported<gdnpair<Tn>>::value)
-        add_row("spec/gdn/Hv64_Hk16_bf16copy_ws" + t + label, bm_gdn_pair_ws<Tn>,
-                {"Hv", "Hk", "replay"}, 64, 16, replay);
+      for (int hv : {64, 32})
+        add_row("spec/gdn/Hv" + std::to_string(hv) + "_Hk16_bf16copy_ws" + t + label,
+                bm_gdn_pair_ws<Tn>, {"Hv", "Hk", "replay"}, hv, 16, replay);
     }
   }
 }
@@ -286,6 +298,8 @@ int main(int argc, char** argv) {
   register_interval<2, 32>();
   register_interval<4, 32>();
   register_interval<8, 32>();
+  register_interval<2, 24>();  // (GDN pairs: L <= 32)
+  register_interval<4, 24>();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -174,13 +174,14 @@ def main():
             m = re.match(r"^spec/(\w+)/([^/]+)/T(\d+)/(replay|eager)_round", n)
             if m:
                 rounds[(m.group(1), m.group(2), int(m.group(3)))][m.group(4)] = b
-        # "<shape>_ws" rows (verify_step with a workspace: the split verification) and
-        # "<shape>_ws_K<k>" rows (the same at another commit interval) and "<shape>_bf16copy" rows
-        # (a bf16 serving copy beside the fp32 checkpoint) have no eager round of
-        # their own: the eager round of <shape> is theirs (it writes a state per token: no K).
+        # "<shape>_ws" rows (verify_step with a workspace: the split verification),
+        # "<shape>_ws_K<k>" rows (the same at another commit interval), "<shape>_bf16copy" rows
+        # (a bf16 serving copy beside the fp32 checkpoint) and "<shape>_bf16copy_ws[_K<k>]" have
+        # no eager round of their own: the eager round of <shape> is theirs (it writes an fp32
+        # state per token: no K, no copy).
         for (rule, shape, t), r in rounds.items():
-            m = re.match(r"^(.*?)(?:_ws(?:_K\d+)?|_bf16copy)$", shape)
-            base = rounds.get((rule, m.group(1), t), {}) if m else {}
+            m = re.match(r"^(.*?)((?:_bf16copy)?(?:_ws(?:_K\d+)?)?)$", shape)
+            base = rounds.get((rule, m.group(1), t), {}) if m.group(2) else {}
             if "eager" not in r and "eager" in base:
                 r["eager"] = base["eager"]
         lines.append("\n## Speculative rounds, batch 256, K = 16 unless the shape says _K<k> "
