@@ -206,19 +206,21 @@ def main():
     except ImportError:
         print("matplotlib not installed: wrote the summary, skipped the plot")
         return
-    if rounds:  # per-round time vs tokens per round, ReplaySSM vs the eager round
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for key in sorted({(r, sh) for r, sh, _ in rounds}):
-            ts = sorted(t for r, sh, t in rounds if (r, sh) == key and len(rounds[(r, sh, t)]) == 2)
-            line, = ax.plot(ts, [us(rounds[key + (t,)]["replay"]) for t in ts], marker="o",
-                            label=f"replay round, {key[0]} {key[1]}")
-            if "_ws" not in key[1]:  # (the same eager round as its shape's)
-                ax.plot(ts, [us(rounds[key + (t,)]["eager"]) for t in ts], ls="--", marker="x",
-                        color=line.get_color(), label=f"eager round, {key[0]} {key[1]}")
-        ax.set_xlabel("tokens per row per round T (last accepted + drafts)")
-        ax.set_ylabel("time per round (us), batch 256")
-        ax.set_title(f"Speculative rounds, K = 16 ({ctx.get('device', '?')})")
-        save_figure(fig, ax, os.path.join(args.out_dir, "spec_rounds.png"))
+    if rounds:  # per rule: speedup over the eager round vs tokens per round, K = 16 rows
+        rules = sorted({r for r, _, _ in rounds})
+        fig, axes = plt.subplots(1, len(rules), figsize=(6 * len(rules), 4.2), squeeze=False)
+        for ax, rule in zip(axes[0], rules):
+            for shape in sorted({sh for r, sh, _ in rounds if r == rule and "_K" not in sh}):
+                ts = sorted(t for r, sh, t in rounds
+                            if (r, sh) == (rule, shape) and len(rounds[(r, sh, t)]) == 2)
+                ax.plot(ts, [us(rounds[(rule, shape, t)]["eager"]) /
+                             us(rounds[(rule, shape, t)]["replay"]) for t in ts],
+                        marker="o", label=shape)
+            ax.axhline(4.5, ls="--", color="gray", label="issue 4 target at T = 4")
+            ax.set_xlabel("tokens per row per round T (last accepted + drafts)")
+            ax.set_ylabel("eager round / replay round, batch 256")
+            ax.set_title(f"{rule} speculative rounds, K = 16 ({spec_ctx.get('device', '?')})")
+            save_figure(fig, ax, os.path.join(args.out_dir, "spec_rounds.png"))
     if not sweep:
         print("wrote", args.out_dir, "(no commit-interval sweep in this JSON: no sweep plot)")
         return
